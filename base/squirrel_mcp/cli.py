@@ -1,0 +1,174 @@
+"""The `squirrel-mcp` command: serve MCP over stdio, or manage the vault.
+
+    squirrel-mcp            serve over stdio (what an MCP client config runs)
+    squirrel-mcp init       create a vault and print a client config block
+    squirrel-mcp export     every memory with its history, as JSON
+    squirrel-mcp import F   add an export's memories (safe to repeat)
+    squirrel-mcp --version
+
+Errors a user can cause (no passphrase, wrong passphrase, no vault) print one
+line on stderr and exit non-zero; they never print a secret or memory text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import sys
+from pathlib import Path
+
+from squirrel_mcp import __version__
+from squirrel_mcp.config import Config, ConfigError
+from squirrel_mcp.crypto import WrongPassphraseError
+from squirrel_mcp.files import atomic_write
+from squirrel_mcp.memories import MemoryStore, NoAccountError
+from squirrel_mcp.storage import StorageError
+from squirrel_mcp.storage.local import LocalVault
+from squirrel_mcp.transfer import ImportFileError, export_json, import_json
+
+MIN_PASSPHRASE = 8
+
+
+class UserError(Exception):
+    """Something the user can fix; the message says what."""
+
+
+def _err(message: str) -> None:
+    print(f"squirrel-mcp: {message}", file=sys.stderr)
+
+
+def _passphrase(config: Config, *, confirm: bool) -> str:
+    """SQUIRREL_PASSPHRASE, or asked on the terminal without echo."""
+    if config.passphrase:
+        return config.passphrase
+    if not sys.stdin.isatty():
+        raise UserError("SQUIRREL_PASSPHRASE is not set (and there is no terminal to ask on)")
+    first = getpass.getpass("Passphrase: ")
+    if confirm:
+        if len(first) < MIN_PASSPHRASE:
+            raise UserError(f"the passphrase must have at least {MIN_PASSPHRASE} characters")
+        if getpass.getpass("Passphrase again: ") != first:
+            raise UserError("the two passphrases differ; nothing was created")
+    return first
+
+
+def open_store(config: Config, *, create: bool) -> MemoryStore:
+    """Unlock the configured vault (creating it first when `create` and it is missing)."""
+    config.check_local()
+    if not config.passphrase and create:
+        raise UserError("SQUIRREL_PASSPHRASE is not set; run `squirrel-mcp init` to create a vault")
+    existed = config.vault_path.exists()
+    vault = LocalVault(config.vault_path, create=create)
+    try:
+        passphrase = _passphrase(config, confirm=False)
+        if vault.load_account() is None:
+            if not create:
+                raise NoAccountError(f"the vault at {config.vault_path} holds no account")
+            store = MemoryStore.create(vault, passphrase)
+            if not existed:
+                _err(f"created a new vault at {config.vault_path}")
+            return store
+        return MemoryStore.unlock(vault, passphrase)
+    except BaseException:
+        vault.close()
+        raise
+
+
+def _client_config(config: Config) -> str:
+    env = {"SQUIRREL_PASSPHRASE": "<your passphrase>"}
+    if config.vault_path != Config.from_env({}).vault_path:
+        env["SQUIRREL_VAULT"] = str(config.vault_path)
+    block = {"mcpServers": {"squirrel-notes": {"command": "squirrel-mcp", "args": [], "env": env}}}
+    return json.dumps(block, indent=2)
+
+
+def cmd_init(config: Config) -> int:
+    """Create the vault, asking for the passphrase twice unless SQUIRREL_PASSPHRASE is set."""
+    config.check_local()
+    vault = LocalVault(config.vault_path, create=True)
+    try:
+        if vault.load_account() is not None:
+            raise UserError(f"a vault already exists at {config.vault_path}; nothing was changed")
+        MemoryStore.create(vault, _passphrase(config, confirm=True))
+    finally:
+        vault.close()
+    print(f"Created an encrypted vault at {config.vault_path}\n")
+    print("Add this to your MCP client's config (Claude Desktop, Claude Code, Cursor, ...),")
+    print("with your passphrase in place of the placeholder:\n")
+    print(_client_config(config))
+    return 0
+
+
+def cmd_export(config: Config, output: str | None) -> int:
+    """Write every memory with its history as JSON to a file (mode 0600) or stdout."""
+    store = open_store(config, create=False)
+    data = export_json(store)
+    if output in (None, "-"):
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    else:
+        atomic_write(Path(output), data)
+        _err(f"exported to {output}")
+    return 0
+
+
+def cmd_import(config: Config, source: str) -> int:
+    """Add an export file's memories; repeating it changes nothing."""
+    data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    store = open_store(config, create=True)
+    report = import_json(store, data)
+    print(
+        f"imported {report.memories} memories: {report.added} revisions added, "
+        f"{report.present} already present, {report.conflicts} conflicting (left as they were)"
+    )
+    return 1 if report.conflicts else 0
+
+
+def cmd_serve(config: Config) -> int:
+    """Unlock the vault, then serve MCP over stdio until the client closes it."""
+    from squirrel_mcp.server import create_server
+
+    store = open_store(config, create=True)
+    create_server(store).run("stdio")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser."""
+    parser = argparse.ArgumentParser(
+        prog="squirrel-mcp",
+        description="A private, encrypted memory for AI agents. With no command, serves MCP over stdio.",
+    )
+    parser.add_argument("--version", action="version", version=f"squirrel-mcp {__version__}")
+    commands = parser.add_subparsers(dest="command")
+    commands.add_parser("serve", help="serve MCP over stdio (the default)")
+    commands.add_parser("init", help="create an encrypted vault and print an MCP client config block")
+    export = commands.add_parser("export", help="write every memory with its history as JSON")
+    export.add_argument("-o", "--output", help="file to write (mode 0600); default: stdout")
+    imported = commands.add_parser("import", help="add the memories of an export file (safe to repeat)")
+    imported.add_argument("file", help="an export file, or - for stdin")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `squirrel-mcp` script."""
+    args = build_parser().parse_args(argv)
+    config = Config.from_env()
+    try:
+        if args.command == "init":
+            return cmd_init(config)
+        if args.command == "export":
+            return cmd_export(config, args.output)
+        if args.command == "import":
+            return cmd_import(config, args.file)
+        return cmd_serve(config)
+    except (UserError, ConfigError, StorageError, WrongPassphraseError, NoAccountError, ImportFileError) as error:
+        _err(str(error))
+        return 1
+    except OSError as error:
+        # A missing or unreadable file given on the command line; the path is the user's own.
+        _err(f"{error.strerror}: {error.filename}")
+        return 1
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,144 @@
+"""Client-side encryption: the passphrase, the data key and one sealed record per revision.
+
+The key hierarchy (docs/security.md says it in plain words):
+
+    passphrase --scrypt(salt, N, r, p)--> key-encryption key (KEK)
+    KEK --AES-256-GCM--> wraps a random 256-bit data key
+    data key --AES-256-GCM--> each memory revision
+
+Storage only ever holds the salt, the KDF parameters, the wrapped data key and
+sealed records. Every AES-GCM operation carries associated data naming what the
+ciphertext is (the account, and for a record its memory id and revision), so a
+record copied to another id, another revision or another account fails to open
+instead of being read as something it is not.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+from Crypto.Cipher import AES
+from Crypto.Protocol.KDF import scrypt
+
+KEY_BYTES = 32
+NONCE_BYTES = 12
+TAG_BYTES = 16
+SALT_BYTES = 16
+# The first byte of every sealed blob, so the format can change without guessing.
+FORMAT_VERSION = 1
+
+# OWASP's minimum for scrypt (N=2**17, r=8, p=1): about 0.3 s and 128 MiB here,
+# paid once per server start.
+DEFAULT_KDF_N = 2**17
+DEFAULT_KDF_R = 8
+DEFAULT_KDF_P = 1
+# Bounds on parameters read from storage: a vault (or a remote account) must not
+# be able to make us allocate gigabytes or accept a trivially weak KDF.
+KDF_N_RANGE = (2**14, 2**20)
+KDF_R_RANGE = (1, 32)
+KDF_P_RANGE = (1, 16)
+
+
+class DecryptionError(Exception):
+    """A sealed blob did not open: wrong key, or bytes changed since sealing."""
+
+
+class WrongPassphraseError(Exception):
+    """The passphrase does not unwrap this account's data key."""
+
+
+@dataclass(frozen=True)
+class KdfParams:
+    """The scrypt parameters and salt stored beside the wrapped data key."""
+
+    salt: bytes
+    n: int = DEFAULT_KDF_N
+    r: int = DEFAULT_KDF_R
+    p: int = DEFAULT_KDF_P
+
+    @classmethod
+    def new(cls) -> KdfParams:
+        """Fresh parameters with a random salt."""
+        return cls(salt=secrets.token_bytes(SALT_BYTES))
+
+    def validate(self) -> None:
+        """Refuse parameters outside the accepted bounds (they come from storage)."""
+        if len(self.salt) != SALT_BYTES:
+            raise ValueError("KDF salt has the wrong length")
+        for name, value, (low, high) in (
+            ("N", self.n, KDF_N_RANGE),
+            ("r", self.r, KDF_R_RANGE),
+            ("p", self.p, KDF_P_RANGE),
+        ):
+            if not low <= value <= high:
+                raise ValueError(f"KDF parameter {name}={value} is outside [{low}, {high}]")
+        if self.n & (self.n - 1):
+            raise ValueError("KDF parameter N must be a power of two")
+
+
+def derive_kek(passphrase: str, params: KdfParams) -> bytes:
+    """Derive the key-encryption key from the passphrase (scrypt, memory-hard)."""
+    params.validate()
+    derived = scrypt(
+        passphrase.encode("utf-8"), params.salt, KEY_BYTES, N=params.n, r=params.r, p=params.p
+    )
+    assert isinstance(derived, bytes)
+    return derived
+
+
+def seal(key: bytes, plaintext: bytes, associated_data: bytes) -> bytes:
+    """AES-256-GCM: version byte, random 96-bit nonce, ciphertext, tag."""
+    nonce = secrets.token_bytes(NONCE_BYTES)
+    cipher = AES.new(key, AES.MODE_GCM, nonce=nonce)
+    cipher.update(associated_data)
+    ciphertext, tag = cipher.encrypt_and_digest(plaintext)
+    return bytes([FORMAT_VERSION]) + nonce + ciphertext + tag
+
+
+def open_sealed(key: bytes, blob: bytes, associated_data: bytes) -> bytes:
+    """Reverse of `seal`; raises DecryptionError on any mismatch."""
+    if len(blob) < 1 + NONCE_BYTES + TAG_BYTES or blob[0] != FORMAT_VERSION:
+        raise DecryptionError("sealed blob is malformed")
+    nonce = blob[1 : 1 + NONCE_BYTES]
+    ciphertext, tag = blob[1 + NONCE_BYTES : -TAG_BYTES], blob[-TAG_BYTES:]
+    cipher = AES.new(key, AES.MODE_GCM, nonce=nonce)
+    cipher.update(associated_data)
+    try:
+        return cipher.decrypt_and_verify(ciphertext, tag)
+    except ValueError as error:
+        raise DecryptionError("sealed blob failed authentication") from error
+
+
+def data_key_ad(account_id: str) -> bytes:
+    """Associated data for the wrapped data key."""
+    return f"squirrel-mcp/v1/data-key|{account_id}".encode()
+
+
+def record_ad(account_id: str, memory_id: str, revision: int) -> bytes:
+    """Associated data for one memory revision: binds account, id and revision."""
+    return f"squirrel-mcp/v1/record|{account_id}|{memory_id}|{revision}".encode()
+
+
+def new_data_key() -> bytes:
+    """A fresh random 256-bit data key."""
+    return secrets.token_bytes(KEY_BYTES)
+
+
+def wrap_data_key(passphrase: str, params: KdfParams, account_id: str, data_key: bytes) -> bytes:
+    """Seal the data key under the passphrase's KEK."""
+    return seal(derive_kek(passphrase, params), data_key, data_key_ad(account_id))
+
+
+def unwrap_data_key(passphrase: str, params: KdfParams, account_id: str, wrapped: bytes) -> bytes:
+    """Open the data key; a wrong passphrase raises WrongPassphraseError."""
+    try:
+        data_key = open_sealed(derive_kek(passphrase, params), wrapped, data_key_ad(account_id))
+    except DecryptionError as error:
+        raise WrongPassphraseError(
+            "the passphrase does not unlock this vault (SQUIRREL_PASSPHRASE is wrong, "
+            "or the vault's key record is damaged)"
+        ) from error
+    if len(data_key) != KEY_BYTES:
+        raise WrongPassphraseError("the vault's wrapped data key has the wrong length")
+    return data_key

@@ -1,0 +1,311 @@
+"""The unlocked memory book: decrypts records, keeps history, writes revisions.
+
+Every backend is an append-only log of sealed revisions. This module holds the
+decrypted view of that log in memory (the server's working set; search runs over
+it) and turns the agent's operations into new revisions. Before each operation
+it pulls what other processes appended since its last look, so two servers on
+one vault see each other's writes at their next call.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from squirrel_mcp import crypto
+from squirrel_mcp.models import Category, Change, Memory, Revision, now_iso
+from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, Storage
+
+
+class MemoryOperationError(Exception):
+    """An operation the agent asked for cannot be done; the message says why."""
+
+
+class NoAccountError(Exception):
+    """The storage holds no account yet."""
+
+
+class UnknownMemoryError(MemoryOperationError):
+    """No memory has this id."""
+
+    def __init__(self, memory_id: str) -> None:
+        super().__init__(f"no memory has the id {memory_id!r}")
+
+
+class UnreadableMemoryError(MemoryOperationError):
+    """A record of this memory failed to decrypt (damaged or tampered with)."""
+
+    def __init__(self, memory_id: str) -> None:
+        super().__init__(
+            f"memory {memory_id} is unreadable: its stored record failed its integrity check"
+        )
+
+
+class ConflictError(MemoryOperationError):
+    """Someone else changed the memory since the caller read it."""
+
+
+@dataclass
+class _History:
+    """All readable revisions of one memory, by number, and which ones were not."""
+
+    revisions: dict[int, Revision] = field(default_factory=dict)
+    unreadable: set[int] = field(default_factory=set)
+
+    def latest_number(self) -> int:
+        return max([*self.revisions, *self.unreadable], default=0)
+
+
+def new_memory_id() -> str:
+    """A random 64-bit id in hex: short for an agent to quote, unique enough for one person."""
+    return secrets.token_hex(8)
+
+
+class MemoryStore:
+    """The decrypted, in-memory view of one account, and the operations on it."""
+
+    def __init__(self, storage: Storage, account_id: str, data_key: bytes) -> None:
+        """Use `unlock` or `create` rather than this."""
+        self._storage = storage
+        self.account_id = account_id
+        self._key = data_key
+        self._histories: dict[str, _History] = {}
+        self._cursor = 0
+        # Tools run in worker threads; one lock keeps read-modify-append atomic here.
+        self._lock = threading.RLock()
+        self.refresh()
+
+    @classmethod
+    def unlock(cls, storage: Storage, passphrase: str) -> MemoryStore:
+        """Open an existing account; WrongPassphraseError or NoAccountError if it cannot."""
+        account = storage.load_account()
+        if account is None:
+            raise NoAccountError("this vault has no account yet")
+        data_key = crypto.unwrap_data_key(
+            passphrase, account.kdf, account.account_id, account.wrapped_data_key
+        )
+        return cls(storage, account.account_id, data_key)
+
+    @classmethod
+    def create(cls, storage: Storage, passphrase: str) -> MemoryStore:
+        """Create a new account with a fresh data key wrapped under the passphrase."""
+        account_id = secrets.token_hex(16)
+        kdf = crypto.KdfParams.new()
+        data_key = crypto.new_data_key()
+        wrapped = crypto.wrap_data_key(passphrase, kdf, account_id, data_key)
+        storage.create_account(Account(account_id, kdf, wrapped))
+        return cls(storage, account_id, data_key)
+
+    # Reading -----------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Decrypt whatever was appended since the last look."""
+        with self._lock:
+            records, self._cursor = self._storage.changes_since(self._cursor)
+            for record in records:
+                history = self._histories.setdefault(record.memory_id, _History())
+                revision = self._open(record)
+                if revision is None:
+                    history.unreadable.add(record.revision)
+                else:
+                    history.revisions[record.revision] = revision
+
+    def _open(self, record: SealedRecord) -> Revision | None:
+        ad = crypto.record_ad(self.account_id, record.memory_id, record.revision)
+        try:
+            plaintext = crypto.open_sealed(self._key, record.ciphertext, ad)
+            revision = Revision.model_validate_json(plaintext)
+        except (crypto.DecryptionError, ValidationError):
+            return None
+        # The associated data already binds these; a mismatch means a bug, not an attack.
+        if revision.id != record.memory_id or revision.revision != record.revision:
+            return None
+        return revision
+
+    def _latest(self, memory_id: str) -> Revision:
+        history = self._histories.get(memory_id)
+        if history is None:
+            raise UnknownMemoryError(memory_id)
+        number = history.latest_number()
+        if number in history.unreadable:
+            raise UnreadableMemoryError(memory_id)
+        return history.revisions[number]
+
+    def get(self, memory_id: str) -> Revision:
+        """The latest revision of a memory (a tombstone if it is deleted)."""
+        with self._lock:
+            self.refresh()
+            return self._latest(memory_id)
+
+    def history(self, memory_id: str) -> list[Revision]:
+        """Every readable revision, oldest first."""
+        with self._lock:
+            self.refresh()
+            latest = self._latest(memory_id)
+            history = self._histories[latest.id]
+            return [history.revisions[n] for n in sorted(history.revisions)]
+
+    def current(self, *, include_deleted: bool = False) -> list[Revision]:
+        """The latest readable revision of every memory, newest change first."""
+        with self._lock:
+            self.refresh()
+            latest = []
+            for history in self._histories.values():
+                number = history.latest_number()
+                revision = history.revisions.get(number)
+                if revision is not None and (include_deleted or not revision.deleted):
+                    latest.append(revision)
+        latest.sort(key=lambda r: (r.updatedAt, r.id), reverse=True)
+        return latest
+
+    def unreadable_ids(self) -> list[str]:
+        """Ids whose latest record cannot be read."""
+        with self._lock:
+            return sorted(
+                memory_id
+                for memory_id, history in self._histories.items()
+                if history.latest_number() in history.unreadable
+            )
+
+    def all_revisions(self) -> Iterable[list[Revision]]:
+        """Every memory's readable history, for export."""
+        with self._lock:
+            self.refresh()
+            return [
+                [history.revisions[n] for n in sorted(history.revisions)]
+                for _, history in sorted(self._histories.items())
+                if history.revisions
+            ]
+
+    # Writing -----------------------------------------------------------------
+
+    def _append(self, revisions: list[Revision]) -> None:
+        records = [
+            SealedRecord(
+                revision.id,
+                revision.revision,
+                crypto.seal(
+                    self._key,
+                    revision.model_dump_json().encode(),
+                    crypto.record_ad(self.account_id, revision.id, revision.revision),
+                ),
+            )
+            for revision in revisions
+        ]
+        self._storage.append(records)
+        self.refresh()
+
+    def save(
+        self,
+        *,
+        entity: str,
+        text: str,
+        category: Category,
+        tags: list[str],
+        keywords: list[str],
+    ) -> Revision:
+        """Store a new memory as revision 1."""
+        stamp = now_iso()
+        revision = Revision(
+            id=new_memory_id(),
+            entity=entity,
+            text=text,
+            tags=tags,
+            keywords=keywords,
+            category=category,
+            createdAt=stamp,
+            updatedAt=stamp,
+            revision=1,
+            change="created",
+        )
+        with self._lock:
+            self._append([revision])
+        return revision
+
+    def _next(
+        self,
+        memory_id: str,
+        change: Change,
+        expected_revision: int | None,
+        **fields: object,
+    ) -> Revision:
+        """Write the revision after the latest one, with `fields` changed."""
+        with self._lock:
+            self.refresh()
+            latest = self._latest(memory_id)
+            if expected_revision is not None and latest.revision != expected_revision:
+                raise ConflictError(
+                    f"memory {memory_id} is at revision {latest.revision}, not {expected_revision}: "
+                    "it changed since you read it; read it again with get_memory, then retry"
+                )
+            values = latest.model_dump() | fields
+            values.update(
+                revision=latest.revision + 1, updatedAt=now_iso(), change=change
+            )
+            revision = Revision.model_validate(values)
+            try:
+                self._append([revision])
+            except RevisionConflict:
+                self.refresh()
+                raise ConflictError(
+                    f"memory {memory_id} was changed by another process at the same moment; "
+                    "read it again with get_memory, then retry"
+                ) from None
+            return revision
+
+    def update(
+        self,
+        memory_id: str,
+        *,
+        changes: dict[str, object],
+        reason: str | None,
+        expected_revision: int | None = None,
+    ) -> Revision:
+        """A correction: the next revision with `changes` applied; the old one stays."""
+        if self.get(memory_id).deleted:
+            raise MemoryOperationError(f"memory {memory_id} is deleted; restore_memory it first")
+        return self._next(memory_id, "corrected", expected_revision, reason=reason, **changes)
+
+    def delete(self, memory_id: str, *, reason: str | None) -> Revision:
+        """A tombstone revision; restore undoes it."""
+        if self.get(memory_id).deleted:
+            raise MemoryOperationError(f"memory {memory_id} is already deleted")
+        return self._next(memory_id, "deleted", None, deleted=True, reason=reason)
+
+    def restore(self, memory_id: str) -> Revision:
+        """Undo a delete: a new revision with the memory's content back."""
+        if not self.get(memory_id).deleted:
+            raise MemoryOperationError(f"memory {memory_id} is not deleted")
+        return self._next(memory_id, "restored", None, deleted=False, reason=None)
+
+    def import_history(self, revisions: list[Revision]) -> tuple[int, int, list[int]]:
+        """Add an exported memory's revisions that this account lacks.
+
+        Returns (added, already present, conflicting revision numbers). A
+        revision already here with the same content counts as present, so an
+        import can be run twice; one here with different content is a conflict
+        and is left alone.
+        """
+        added = present = 0
+        conflicts: list[int] = []
+        with self._lock:
+            self.refresh()
+            memory_id = revisions[0].id
+            history = self._histories.get(memory_id, _History())
+            missing = []
+            for revision in revisions:
+                mine = history.revisions.get(revision.revision)
+                if mine is None and revision.revision not in history.unreadable:
+                    missing.append(revision)
+                elif mine == revision:
+                    present += 1
+                else:
+                    conflicts.append(revision.revision)
+            if missing:
+                self._append(missing)
+                added = len(missing)
+        return added, present, conflicts

@@ -1,0 +1,81 @@
+"""Where sealed records live: the small interface every backend implements.
+
+A backend stores an account (its id, KDF parameters and wrapped data key) and an
+append-only log of sealed records, one per memory revision. It never sees a key
+or plaintext, and it understands nothing of memories beyond "id, revision,
+bytes". Everything else (decryption, history, search) happens in
+`squirrel_mcp.memories`, the same for every backend.
+
+The local SQLite vault (`storage.local`) is the default; the remote API client
+is one more class with these methods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from squirrel_mcp.crypto import KdfParams
+
+
+@dataclass(frozen=True)
+class Account:
+    """What unlocks an account: never a key, only what the passphrase needs."""
+
+    account_id: str
+    kdf: KdfParams
+    wrapped_data_key: bytes
+
+
+@dataclass(frozen=True)
+class SealedRecord:
+    """One memory revision as storage holds it: ciphertext plus its address."""
+
+    memory_id: str
+    revision: int
+    ciphertext: bytes
+
+
+class StorageError(Exception):
+    """The backend cannot be used (missing, unreadable, not a vault)."""
+
+
+class RevisionConflict(Exception):
+    """A record with this memory id and revision already exists.
+
+    Another process (or machine) wrote this memory meanwhile; the caller re-reads
+    and reports it rather than overwriting.
+    """
+
+    def __init__(self, memory_id: str, revision: int) -> None:
+        super().__init__(f"memory {memory_id} already has a revision {revision}")
+        self.memory_id = memory_id
+        self.revision = revision
+
+
+class Storage(Protocol):
+    """The backend interface: an account and an append-only log of sealed records."""
+
+    def load_account(self) -> Account | None:
+        """The stored account, or None when this storage has none yet."""
+        ...
+
+    def create_account(self, account: Account) -> None:
+        """Store a new account; raises StorageError if one exists already."""
+        ...
+
+    def append(self, records: list[SealedRecord]) -> None:
+        """Store records atomically (all or none).
+
+        Raises RevisionConflict, storing nothing, if any (memory id, revision)
+        is taken.
+        """
+        ...
+
+    def changes_since(self, cursor: int) -> tuple[list[SealedRecord], int]:
+        """Records stored after `cursor` (0 = all), in storage order, and the new cursor."""
+        ...
+
+    def close(self) -> None:
+        """Release the backend's resources."""
+        ...

@@ -1,0 +1,162 @@
+"""The local vault: one SQLite file holding the account and sealed records only.
+
+WAL mode with a busy timeout lets two server processes (two agents at once) use
+one vault: writes are serialized by SQLite, each write is one transaction, and
+a (memory id, revision) pair is unique, so two corrections of the same memory
+cannot both land as the same revision. `synchronous=FULL` makes an
+acknowledged save survive a crash or power loss.
+
+The file and its directory are created with owner-only permissions before
+SQLite touches them; SQLite gives its -wal and -shm files the database file's
+mode.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sqlite3
+import threading
+from pathlib import Path
+
+from squirrel_mcp.crypto import KdfParams
+from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, StorageError
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 10_000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS records (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    memory_id TEXT NOT NULL,
+    revision INTEGER NOT NULL,
+    ciphertext BLOB NOT NULL,
+    UNIQUE (memory_id, revision)
+);
+"""
+
+
+def _create_private_file(path: Path) -> None:
+    """Create an empty file with mode 0600 (and its directory with 0700) if absent."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
+class LocalVault:
+    """The SQLite backend of `squirrel_mcp.storage.Storage`."""
+
+    def __init__(self, path: Path, *, create: bool) -> None:
+        """Open the vault at `path`; with `create`, make the file if it is missing."""
+        self.path = path
+        if not path.exists():
+            if not create:
+                raise StorageError(f"there is no vault at {path} (run `squirrel-mcp init`)")
+            _create_private_file(path)
+        # One connection shared by the server's worker threads, guarded by a lock.
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(
+                path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+            )
+            self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = FULL")
+            self._db.executescript(_SCHEMA)
+            self._check_schema()
+        except sqlite3.DatabaseError as error:
+            raise StorageError(f"{path} is not a readable squirrel-mcp vault ({error})") from error
+
+    def _check_schema(self) -> None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        if row is None:
+            self._db.execute(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
+            )
+        elif row[0] != str(SCHEMA_VERSION):
+            raise StorageError(
+                f"{self.path} has vault schema {row[0]}; this squirrel-mcp reads schema {SCHEMA_VERSION}"
+            )
+
+    def load_account(self) -> Account | None:
+        """The stored account, or None."""
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'account'").fetchone()
+        if row is None:
+            return None
+        try:
+            data = json.loads(row[0])
+            return Account(
+                account_id=str(data["id"]),
+                kdf=KdfParams(
+                    salt=base64.b64decode(data["kdf"]["salt"]),
+                    n=int(data["kdf"]["n"]),
+                    r=int(data["kdf"]["r"]),
+                    p=int(data["kdf"]["p"]),
+                ),
+                wrapped_data_key=base64.b64decode(data["wrappedDataKey"]),
+            )
+        except (ValueError, KeyError, TypeError) as error:
+            raise StorageError(f"the account record in {self.path} is damaged") from error
+
+    def create_account(self, account: Account) -> None:
+        """Store the account; StorageError if the vault already has one."""
+        value = json.dumps(
+            {
+                "id": account.account_id,
+                "kdf": {
+                    "alg": "scrypt",
+                    "salt": base64.b64encode(account.kdf.salt).decode(),
+                    "n": account.kdf.n,
+                    "r": account.kdf.r,
+                    "p": account.kdf.p,
+                },
+                "wrappedDataKey": base64.b64encode(account.wrapped_data_key).decode(),
+            }
+        )
+        with self._lock:
+            try:
+                self._db.execute("INSERT INTO meta (key, value) VALUES ('account', ?)", (value,))
+            except sqlite3.IntegrityError as error:
+                raise StorageError(f"{self.path} already holds an account") from error
+
+    def append(self, records: list[SealedRecord]) -> None:
+        """Store all records in one transaction; RevisionConflict stores none."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for record in records:
+                    self._db.execute(
+                        "INSERT INTO records (memory_id, revision, ciphertext) VALUES (?, ?, ?)",
+                        (record.memory_id, record.revision, record.ciphertext),
+                    )
+            except sqlite3.IntegrityError as error:
+                self._db.execute("ROLLBACK")
+                raise RevisionConflict(record.memory_id, record.revision) from error
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def changes_since(self, cursor: int) -> tuple[list[SealedRecord], int]:
+        """Records with a sequence number above `cursor`, and the highest one seen."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT seq, memory_id, revision, ciphertext FROM records WHERE seq > ? ORDER BY seq",
+                (cursor,),
+            ).fetchall()
+        records = [SealedRecord(memory_id, revision, bytes(blob)) for _, memory_id, revision, blob in rows]
+        return records, (rows[-1][0] if rows else cursor)
+
+    def close(self) -> None:
+        """Close the connection (checkpointing the WAL when last out)."""
+        with self._lock:
+            self._db.close()
