@@ -1,0 +1,77 @@
+"""Every job of the project, one nox session each.
+
+    nox -s tests   ruff, mypy and every test (what .ci/run and the README run)
+    nox -s demo    the real server over stdio on a throwaway vault
+    nox -s build   both wheels into dist/
+    nox -s bench   benchmark scripts; figures land in docs/benchmarks/
+    nox -s lock    regenerate the hashed lock files in requirements/
+
+Every session installs from the hashed lock files, then the two distributions
+from this checkout without dependencies, so what runs is exactly what was locked.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["tests"]
+nox.options.reuse_existing_virtualenvs = False
+PYTHON = "3.11"
+LOCK_FLAGS = [
+    "--universal",
+    "--generate-hashes",
+    "--python-version",
+    PYTHON,
+    "--no-emit-package",
+    "squirrel-mcp",
+    "--no-emit-package",
+    "squirrel-mcp-embeddings",
+    "-q",
+]
+
+
+def install_project(session: nox.Session, *locks: str) -> None:
+    """The locked dependencies (hashes required), then both distributions from this checkout."""
+    for lock in locks:
+        session.install("--require-hashes", "-r", lock)
+    session.install("--no-deps", "--no-build-isolation", ".", "./embeddings_plugin")
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Lint, type-check and run every test."""
+    install_project(session, "requirements/dev.txt")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def demo(session: nox.Session) -> None:
+    """Save a few memories into a throwaway vault through the real server, then search them."""
+    install_project(session, "requirements/runtime.txt", "requirements/build.txt")
+    session.run("python", "scripts/demo.py")
+
+
+@nox.session(python=PYTHON)
+def build(session: nox.Session) -> None:
+    """Both wheels (squirrel-mcp and squirrel-mcp-embeddings) into dist/."""
+    session.install("--require-hashes", "-r", "requirements/dev.txt")
+    session.run("python", "-m", "build", "--wheel", "--no-isolation", "--outdir", "dist", ".")
+    session.run("python", "-m", "build", "--wheel", "--no-isolation", "--outdir", "dist", "embeddings_plugin")
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Benchmarks, run side by side; each writes its figures to docs/benchmarks/."""
+    install_project(session, "requirements/dev.txt")
+    session.run("python", "scripts/bench_startup.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lock(session: nox.Session) -> None:
+    """Regenerate requirements/*.txt from requirements/*.in (needs the package index)."""
+    session.install("uv")
+    for name in ("runtime", "build", "dev", "nox"):
+        session.run("uv", "pip", "compile", *LOCK_FLAGS, f"requirements/{name}.in", "-o", f"requirements/{name}.txt")
