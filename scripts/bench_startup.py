@@ -68,13 +68,14 @@ server.run("stdio")
 
 # Words for the seeded memories: varied enough that the duplicate check on save and
 # the search index see realistic text rather than one sentence repeated.
-WORDS = (
+VOCABULARY = (
     "prefers tea coffee morning evening meeting project deadline sister brother garden bicycle "
     "train Berlin Lisbon allergy peanuts vegetarian running marathon piano guitar novel library "
     "dentist appointment birthday October March laptop keyboard server backup password manager "
     "holiday mountains beach cat dog recipe lentils curry invoice tax office colleague Anna Tom "
     "Python Rust database migration review release weekly standup budget flight hotel"
-).split()
+)
+WORDS = VOCABULARY.split()
 CATEGORIES = ("profile", "preference", "fact", "project", "note", "event", "task")
 
 
@@ -154,7 +155,7 @@ def memory_arguments(rng: random.Random, index: int) -> dict[str, object]:
 
 async def fill_vault(params: StdioServerParameters, count: int) -> None:
     """Save `count` memories through the real server over stdio (this also creates the vault)."""
-    rng = random.Random(17)  # noqa: S311 - sample text, not a secret
+    rng = random.Random(17)  # sample text, not a secret
     async with Client(params) as client:
         for index in range(count):
             result = await client.call_tool("save_memory", memory_arguments(rng, index))
@@ -258,9 +259,8 @@ def render(variants: list[Variant], baseline: Variant, env: list[tuple[str, str]
             versus = "1.00x"
         else:
             versus = f"{s.median / base.median:.2f}x (+{s.median - base.median:.0f} ms)"
-        lines.append(
-            f"| {variant.name} | {variant.tools} | {s.median:.0f} | {s.minimum:.0f} | {s.p90:.0f} | {versus} |"
-        )
+        figures = f"{s.median:.0f} | {s.minimum:.0f} | {s.p90:.0f}"
+        lines.append(f"| {variant.name} | {variant.tools} | {figures} | {versus} |")
     protocols = sorted({v.protocol for v in variants})
     lines += [
         "",
@@ -290,6 +290,7 @@ def render(variants: list[Variant], baseline: Variant, env: list[tuple[str, str]
         "```",
         "nox -s bench                   # 20 runs per server, writes this file",
         "nox -s bench -- --runs 50      # more runs; --memories N sets the full vault's size",
+        "python scripts/bench_startup.py --runs 20   # the same, in any venv with squirrel-mcp installed",
         "```",
         "",
         "The machine the figures come from is shared and noisy; compare medians from one run",

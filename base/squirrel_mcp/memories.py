@@ -91,10 +91,13 @@ class MemoryStore:
         return cls(storage, account.account_id, data_key)
 
     @classmethod
-    def create(cls, storage: Storage, passphrase: str) -> MemoryStore:
-        """Create a new account with a fresh data key wrapped under the passphrase."""
+    def create(cls, storage: Storage, passphrase: str, kdf: crypto.KdfParams | None = None) -> MemoryStore:
+        """Create a new account with a fresh data key wrapped under the passphrase.
+
+        `kdf` defaults to fresh strong parameters; unit tests pass cheaper ones.
+        """
         account_id = secrets.token_hex(16)
-        kdf = crypto.KdfParams.new()
+        kdf = kdf or crypto.KdfParams.new()
         data_key = crypto.new_data_key()
         wrapped = crypto.wrap_data_key(passphrase, kdf, account_id, data_key)
         storage.create_account(Account(account_id, kdf, wrapped))

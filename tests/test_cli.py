@@ -1,0 +1,170 @@
+"""The command line: --version, init, export/import, and the errors a user can cause."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from squirrel_mcp import __version__
+from tests.conftest import PASSPHRASE, call, run_cli, server_params
+
+
+def test_version() -> None:
+    result = run_cli({}, "--version")
+    assert result.returncode == 0
+    assert result.stdout.decode().strip() == f"squirrel-mcp {__version__}"
+
+
+def test_init_creates_a_vault_and_prints_a_client_config(vault_env: dict[str, str]) -> None:
+    result = run_cli(vault_env, "init")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.decode()
+    block = json.loads(out[out.index("{") :])
+    server = block["mcpServers"]["squirrel-notes"]
+    assert server["command"] == "squirrel-mcp"
+    assert server["env"]["SQUIRREL_VAULT"] == vault_env["SQUIRREL_VAULT"]
+    assert PASSPHRASE not in out  # a placeholder, never the secret
+    vault = Path(vault_env["SQUIRREL_VAULT"])
+    assert vault.exists() and (vault.stat().st_mode & 0o777) == 0o600
+
+    before = vault.read_bytes()
+    again = run_cli(vault_env, "init")
+    assert again.returncode == 1 and b"already exists" in again.stderr
+    assert vault.read_bytes() == before
+
+
+def _converse(argv: list[str], env: dict[str, str], answers: list[str]) -> tuple[int, str]:
+    """Run argv on a pseudo-terminal, typing each answer at the next prompt."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: becomes the command, its terminal is the pty
+        os.execve(sys.executable, [sys.executable, *argv], {"PATH": os.environ["PATH"], **env})
+    output = b""
+    pending = list(answers)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if not ready:
+            continue
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        output += chunk
+        # Answer each prompt once it is shown: getpass flushes what was typed before it.
+        prompts = output.count(b"Passphrase")
+        if pending and output.endswith(b": ") and prompts > len(answers) - len(pending):
+            os.write(fd, pending.pop(0).encode() + b"\n")
+    else:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), output.decode(errors="replace")
+
+
+def test_init_asks_twice_without_echo(vault_env: dict[str, str]) -> None:
+    env = {k: v for k, v in vault_env.items() if k != "SQUIRREL_PASSPHRASE"}
+    vault = Path(vault_env["SQUIRREL_VAULT"])
+
+    code, output = _converse(["-m", "squirrel_mcp", "init"], env, ["a long passphrase", "another one!"])
+    assert code == 1 and "differ" in output
+    assert "a long passphrase" not in output  # never echoed
+    assert not vault.exists() or run_cli(vault_env, "export").returncode == 1
+
+    code, output = _converse(["-m", "squirrel_mcp", "init"], env, ["tiny", "tiny"])
+    assert code == 1 and "at least 8" in output
+
+    code, output = _converse(["-m", "squirrel_mcp", "init"], env, ["a long passphrase"] * 2)
+    assert code == 0, output
+    assert "a long passphrase" not in output
+    unlocked = run_cli({**env, "SQUIRREL_PASSPHRASE": "a long passphrase"}, "export")
+    assert unlocked.returncode == 0, unlocked.stderr
+
+
+@pytest.mark.anyio
+async def test_export_then_import_elsewhere_is_complete_and_idempotent(tmp_path: Path) -> None:
+    source = {"SQUIRREL_VAULT": str(tmp_path / "a" / "vault.sqlite3"), "SQUIRREL_PASSPHRASE": PASSPHRASE}
+    target = {"SQUIRREL_VAULT": str(tmp_path / "b" / "vault.sqlite3"), "SQUIRREL_PASSPHRASE": "another passphrase"}
+    async with Client(server_params(source)) as client:
+        kept = (await call(client, "save_memory", text="Grows basil", tags=["garden"]))["memory"]
+        await call(client, "update_memory", id=kept["id"], text="Grows basil and thyme", reason="more herbs")
+        gone = (await call(client, "save_memory", text="Old phone number 555-0100"))["memory"]
+        await call(client, "delete_memory", id=gone["id"])
+
+    exported = tmp_path / "backup.json"
+    result = run_cli(source, "export", "-o", str(exported))
+    assert result.returncode == 0, result.stderr
+    assert (exported.stat().st_mode & 0o777) == 0o600
+    data = json.loads(exported.read_text())
+    assert [len(m["revisions"]) for m in sorted(data["memories"], key=lambda m: m["id"] != kept["id"])] == [2, 2]
+
+    first = run_cli(target, "import", str(exported))
+    assert first.returncode == 0, first.stderr
+    assert b"4 revisions added" in first.stdout
+    second = run_cli(target, "import", str(exported))
+    assert second.returncode == 0 and b"0 revisions added, 4 already present" in second.stdout
+
+    def memories(env: dict[str, str]) -> object:
+        return json.loads(run_cli(env, "export").stdout)["memories"]
+
+    assert memories(target) == memories(source)
+    async with Client(server_params(target)) as client:
+        history = (await call(client, "get_memory", id=kept["id"], history=True))["history"]
+        assert [h["text"] for h in history] == ["Grows basil", "Grows basil and thyme"]
+        assert (await call(client, "get_memory", id=gone["id"]))["deleted"] is True
+
+
+def test_import_refuses_a_bad_file_without_echoing_it(vault_env: dict[str, str], tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": "squirrel-mcp-export", "version": 1, "memories": [{"id": "my secret"}]}))
+    result = run_cli(vault_env, "import", str(bad))
+    assert result.returncode == 1
+    assert b"not a valid squirrel-mcp-export file" in result.stderr
+    assert b"my secret" not in result.stderr
+    missing = run_cli(vault_env, "import", str(tmp_path / "nope.json"))
+    assert missing.returncode == 1 and b"No such file" in missing.stderr
+
+
+def test_user_errors_are_one_clear_line(vault_env: dict[str, str]) -> None:
+    no_vault = run_cli(vault_env, "export")
+    assert no_vault.returncode == 1 and b"there is no vault" in no_vault.stderr
+
+    env = {k: v for k, v in vault_env.items() if k != "SQUIRREL_PASSPHRASE"}
+    no_passphrase = run_cli(env)
+    assert no_passphrase.returncode == 1 and b"SQUIRREL_PASSPHRASE is not set" in no_passphrase.stderr
+
+    remote = run_cli({**vault_env, "SQUIRREL_API_BASE_URL": "https://example.invalid"})
+    assert remote.returncode == 1 and b"SQUIRREL_API_BASE_URL" in remote.stderr
+
+
+def test_a_wrong_passphrase_fails_clearly_and_touches_nothing(vault_env: dict[str, str]) -> None:
+    assert run_cli(vault_env, "init").returncode == 0
+    vault = Path(vault_env["SQUIRREL_VAULT"])
+    before = {path.name: path.read_bytes() for path in vault.parent.iterdir()}
+    wrong = {**vault_env, "SQUIRREL_PASSPHRASE": "not the passphrase"}
+    for args in ((), ("export",)):
+        result = run_cli(wrong, *args)
+        assert result.returncode == 1
+        assert b"passphrase does not unlock this vault" in result.stderr
+        assert b"not the passphrase" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+    assert {path.name: path.read_bytes() for path in vault.parent.iterdir()} == before
+
+
+def test_a_file_that_is_not_a_vault_is_refused(vault_env: dict[str, str]) -> None:
+    vault = Path(vault_env["SQUIRREL_VAULT"])
+    vault.parent.mkdir(parents=True)
+    vault.write_bytes(b"this is not a database" * 100)
+    result = run_cli(vault_env)
+    assert result.returncode == 1 and b"not a readable squirrel-mcp vault" in result.stderr
+    assert b"Traceback" not in result.stderr

@@ -1,0 +1,65 @@
+"""The memory store in process: revisions, history, conflicts, import."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from squirrel_mcp import crypto
+from squirrel_mcp.memories import ConflictError, MemoryStore, UnknownMemoryError
+from squirrel_mcp.models import Revision
+from squirrel_mcp.storage.local import LocalVault
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> MemoryStore:
+    # A cheap KDF keeps these unit tests fast; the stdio tests use the real one.
+    cheap = crypto.KdfParams(salt=b"s" * crypto.SALT_BYTES, n=2**14)
+    return MemoryStore.create(LocalVault(tmp_path / "v", create=True), "passphrase", kdf=cheap)
+
+
+def save(store: MemoryStore, text: str) -> Revision:
+    return store.save(entity="user", text=text, category="note", tags=[], keywords=[])
+
+
+def test_two_stores_on_one_vault_cannot_write_the_same_revision(store: MemoryStore, tmp_path: Path) -> None:
+    other = MemoryStore.unlock(LocalVault(tmp_path / "v", create=False), "passphrase")
+    saved = save(store, "first")
+    # Both read revision 1; the second writer to reach storage is told, not overwritten.
+    other.refresh()
+    store.update(saved.id, changes={"text": "from one"}, reason=None)
+    with pytest.raises(ConflictError, match="changed by another process"):
+        _update_without_refresh(other, saved.id)
+    assert store.get(saved.id).text == "from one"
+
+
+def _update_without_refresh(store: MemoryStore, memory_id: str) -> None:
+    """Simulate a race: the store has not seen the other write when it appends."""
+    refresh = store.refresh
+    store.refresh = lambda: None  # type: ignore[method-assign]
+    try:
+        store.update(memory_id, changes={"text": "from two"}, reason=None)
+    finally:
+        store.refresh = refresh  # type: ignore[method-assign]
+
+
+def test_unknown_ids_are_reported(store: MemoryStore) -> None:
+    with pytest.raises(UnknownMemoryError):
+        store.get("0123456789abcdef")
+    with pytest.raises(UnknownMemoryError):
+        store.history("0123456789abcdef")
+
+
+def test_import_adds_missing_revisions_and_reports_conflicts(store: MemoryStore) -> None:
+    saved = save(store, "original")
+    store.update(saved.id, changes={"text": "corrected"}, reason="typo")
+    history = store.history(saved.id)
+    assert store.import_history(history) == (0, 2, [])
+
+    foreign = history[0].model_copy(update={"id": "00000000000000aa"})
+    assert store.import_history([foreign]) == (1, 0, [])
+
+    different = history[1].model_copy(update={"text": "something else"})
+    assert store.import_history([history[0], different]) == (0, 1, [2])
+    assert store.get(saved.id).text == "corrected"
