@@ -74,4 +74,6 @@ def lock(session: nox.Session) -> None:
     """Regenerate requirements/*.txt from requirements/*.in (needs the package index)."""
     session.install("uv")
     for name in ("runtime", "build", "dev", "nox"):
-        session.run("uv", "pip", "compile", *LOCK_FLAGS, f"requirements/{name}.in", "-o", f"requirements/{name}.txt")
+        session.run(
+            "uv", "pip", "compile", *LOCK_FLAGS, f"requirements/{name}.in", "-o", f"requirements/{name}.txt"
+        )

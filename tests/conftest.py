@@ -38,7 +38,9 @@ def server_params(env: dict[str, str]) -> StdioServerParameters:
     return StdioServerParameters(command=sys.executable, args=["-m", "squirrel_mcp"], env=env)
 
 
-def run_cli(env: dict[str, str], *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+def run_cli(
+    env: dict[str, str], *args: str, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
     """Run `squirrel-mcp ARGS` with exactly `env` (plus PATH), capturing output."""
     return subprocess.run(
         [sys.executable, "-m", "squirrel_mcp", *args],

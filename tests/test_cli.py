@@ -94,7 +94,10 @@ def test_init_asks_twice_without_echo(vault_env: dict[str, str]) -> None:
 @pytest.mark.anyio
 async def test_export_then_import_elsewhere_is_complete_and_idempotent(tmp_path: Path) -> None:
     source = {"SQUIRREL_VAULT": str(tmp_path / "a" / "vault.sqlite3"), "SQUIRREL_PASSPHRASE": PASSPHRASE}
-    target = {"SQUIRREL_VAULT": str(tmp_path / "b" / "vault.sqlite3"), "SQUIRREL_PASSPHRASE": "another passphrase"}
+    target = {
+        "SQUIRREL_VAULT": str(tmp_path / "b" / "vault.sqlite3"),
+        "SQUIRREL_PASSPHRASE": "another passphrase",
+    }
     async with Client(server_params(source)) as client:
         kept = (await call(client, "save_memory", text="Grows basil", tags=["garden"]))["memory"]
         await call(client, "update_memory", id=kept["id"], text="Grows basil and thyme", reason="more herbs")
@@ -106,7 +109,10 @@ async def test_export_then_import_elsewhere_is_complete_and_idempotent(tmp_path:
     assert result.returncode == 0, result.stderr
     assert (exported.stat().st_mode & 0o777) == 0o600
     data = json.loads(exported.read_text())
-    assert [len(m["revisions"]) for m in sorted(data["memories"], key=lambda m: m["id"] != kept["id"])] == [2, 2]
+    assert [len(m["revisions"]) for m in sorted(data["memories"], key=lambda m: m["id"] != kept["id"])] == [
+        2,
+        2,
+    ]
 
     first = run_cli(target, "import", str(exported))
     assert first.returncode == 0, first.stderr
@@ -126,7 +132,9 @@ async def test_export_then_import_elsewhere_is_complete_and_idempotent(tmp_path:
 
 def test_import_refuses_a_bad_file_without_echoing_it(vault_env: dict[str, str], tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"format": "squirrel-mcp-export", "version": 1, "memories": [{"id": "my secret"}]}))
+    bad.write_text(
+        json.dumps({"format": "squirrel-mcp-export", "version": 1, "memories": [{"id": "my secret"}]})
+    )
     result = run_cli(vault_env, "import", str(bad))
     assert result.returncode == 1
     assert b"not a valid squirrel-mcp-export file" in result.stderr

@@ -69,7 +69,7 @@ def test_the_data_key_unwraps_only_with_the_passphrase() -> None:
     ],
 )
 def test_kdf_parameters_from_storage_are_bounded(params: crypto.KdfParams) -> None:
-    with pytest.raises(ValueError, match="salt|KDF parameter"):
+    with pytest.raises(ValueError, match=r"salt|KDF parameter"):
         crypto.derive_kek("passphrase", params)
 
 

@@ -48,7 +48,9 @@ async def test_tools_are_typed_and_described(client: Client) -> None:
 
 
 async def test_save_then_search_returns_the_documented_shape(client: Client) -> None:
-    saved = await save(client, "Is allergic to peanuts", category="profile", tags=["health"], keywords=["food"])
+    saved = await save(
+        client, "Is allergic to peanuts", category="profile", tags=["health"], keywords=["food"]
+    )
     assert set(saved) == MEMORY_KEYS
     assert saved["revision"] == 1 and saved["entity"] == "user"
     await save(client, "Drives a blue bicycle to work", category="fact")
@@ -133,7 +135,9 @@ async def test_correction_writes_a_revision_and_keeps_the_old_one(client: Client
 async def test_correction_against_a_stale_revision_is_refused(client: Client) -> None:
     saved = await save(client, "Works at Acme")
     await call(client, "update_memory", id=saved["id"], text="Works at Globex")
-    error = await call_error(client, "update_memory", id=saved["id"], text="Works at Initech", expectedRevision=1)
+    error = await call_error(
+        client, "update_memory", id=saved["id"], text="Works at Initech", expectedRevision=1
+    )
     assert "revision 2, not 1" in error
     assert (await call(client, "get_memory", id=saved["id"]))["memory"]["text"] == "Works at Globex"
 
@@ -225,7 +229,10 @@ async def test_memories_survive_a_restart(vault_env: dict[str, str]) -> None:
         await call(first, "update_memory", id=saved["id"], text="Birthday is on March 4th", reason="typo")
     async with Client(server_params(vault_env)) as second:
         read = await call(second, "get_memory", id=saved["id"], history=True)
-        assert [h["text"] for h in read["history"]] == ["Birthday is on March 3rd", "Birthday is on March 4th"]
+        assert [h["text"] for h in read["history"]] == [
+            "Birthday is on March 3rd",
+            "Birthday is on March 4th",
+        ]
         assert (await call(second, "search_memory", query="birthday"))["total"] == 1
 
 
@@ -243,7 +250,11 @@ async def test_the_vault_holds_no_plaintext(vault_env: dict[str, str]) -> None:
     secrets = ["Zanzibarian", "quokkaphile", "Xylophonist Olaf", "tag-morbleu", "kw-blorptastic"]
     async with Client(server_params(vault_env)) as client:
         saved = await save(
-            client, "Is a Zanzibarian quokkaphile", entity="Xylophonist Olaf", tags=[secrets[3]], keywords=[secrets[4]]
+            client,
+            "Is a Zanzibarian quokkaphile",
+            entity="Xylophonist Olaf",
+            tags=[secrets[3]],
+            keywords=[secrets[4]],
         )
         await call(client, "update_memory", id=saved["id"], text="Is a Zanzibarian quokkaphile, retired")
         # Read the files while the server holds them (WAL not yet checkpointed) and after.
@@ -269,12 +280,16 @@ async def test_files_are_private(vault_env: dict[str, str]) -> None:
             assert (path.stat().st_mode & 0o077) == 0, path
 
 
-async def test_a_tampered_record_is_reported_by_id_and_the_rest_still_served(vault_env: dict[str, str]) -> None:
+async def test_a_tampered_record_is_reported_by_id_and_the_rest_still_served(
+    vault_env: dict[str, str],
+) -> None:
     async with Client(server_params(vault_env)) as client:
         damaged = await save(client, "This record will be damaged")
         healthy = await save(client, "This record stays healthy")
     with sqlite3.connect(vault_env["SQUIRREL_VAULT"]) as db:
-        (blob,) = db.execute("SELECT ciphertext FROM records WHERE memory_id = ?", (damaged["id"],)).fetchone()
+        (blob,) = db.execute(
+            "SELECT ciphertext FROM records WHERE memory_id = ?", (damaged["id"],)
+        ).fetchone()
         flipped = bytearray(blob)
         flipped[len(flipped) // 2] ^= 0x01
         db.execute("UPDATE records SET ciphertext = ? WHERE memory_id = ?", (bytes(flipped), damaged["id"]))

@@ -163,7 +163,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "import":
             return cmd_import(config, args.file)
         return cmd_serve(config)
-    except (UserError, ConfigError, StorageError, WrongPassphraseError, NoAccountError, ImportFileError) as error:
+    except (
+        UserError,
+        ConfigError,
+        StorageError,
+        WrongPassphraseError,
+        NoAccountError,
+        ImportFileError,
+    ) as error:
         _err(str(error))
         return 1
     except OSError as error:

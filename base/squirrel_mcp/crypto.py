@@ -80,9 +80,7 @@ class KdfParams:
 def derive_kek(passphrase: str, params: KdfParams) -> bytes:
     """Derive the key-encryption key from the passphrase (scrypt, memory-hard)."""
     params.validate()
-    derived = scrypt(
-        passphrase.encode("utf-8"), params.salt, KEY_BYTES, N=params.n, r=params.r, p=params.p
-    )
+    derived = scrypt(passphrase.encode("utf-8"), params.salt, KEY_BYTES, N=params.n, r=params.r, p=params.p)
     assert isinstance(derived, bytes)
     return derived
 

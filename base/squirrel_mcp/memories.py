@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from squirrel_mcp import crypto
-from squirrel_mcp.models import Category, Change, Memory, Revision, now_iso
+from squirrel_mcp.models import Category, Change, Revision, now_iso
 from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, Storage
 
 
@@ -40,9 +40,7 @@ class UnreadableMemoryError(MemoryOperationError):
     """A record of this memory failed to decrypt (damaged or tampered with)."""
 
     def __init__(self, memory_id: str) -> None:
-        super().__init__(
-            f"memory {memory_id} is unreadable: its stored record failed its integrity check"
-        )
+        super().__init__(f"memory {memory_id} is unreadable: its stored record failed its integrity check")
 
 
 class ConflictError(MemoryOperationError):
@@ -246,9 +244,7 @@ class MemoryStore:
                     "it changed since you read it; read it again with get_memory, then retry"
                 )
             values = latest.model_dump() | fields
-            values.update(
-                revision=latest.revision + 1, updatedAt=now_iso(), change=change
-            )
+            values.update(revision=latest.revision + 1, updatedAt=now_iso(), change=change)
             revision = Revision.model_validate(values)
             try:
                 self._append([revision])

@@ -22,9 +22,69 @@ BM25_B = 0.75
 
 # Left out of lexicalScore (the share of the query's content words a memory holds).
 STOPWORDS = frozenset(
-    """a an and are as at be but by did do does for from had has have he her his how i if in
-    into is it its me my of on or our she so than that the their them then there these they
-    this to was we were what when where which who whom why will with you your""".split()
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "but",
+        "by",
+        "did",
+        "do",
+        "does",
+        "for",
+        "from",
+        "had",
+        "has",
+        "have",
+        "he",
+        "her",
+        "his",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "me",
+        "my",
+        "of",
+        "on",
+        "or",
+        "our",
+        "she",
+        "so",
+        "than",
+        "that",
+        "the",
+        "their",
+        "them",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "to",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "you",
+        "your",
+    ]
 )
 
 NO_WORDS_NOTE = (
@@ -76,7 +136,7 @@ def decay(memory: Revision, now: datetime) -> float:
     if half_life is None:
         return 1.0
     age_days = max(0.0, (now - parse_iso(memory.updatedAt)).total_seconds() / 86_400)
-    return 0.5 ** (age_days / half_life)
+    return float(0.5 ** (age_days / half_life))
 
 
 @dataclass(frozen=True)
@@ -118,7 +178,9 @@ def search(memories: list[Revision], query: str, now: datetime) -> Outcome:
             df = document_frequency[term]
             idf = math.log(1 + (len(documents) - df + 0.5) / (df + 0.5))
             tf = counts[term]
-            bm25 += idf * tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * length / average_length))
+            bm25 += (
+                idf * tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * length / average_length))
+            )
         lexical_score = len(wanted.intersection(held)) / len(wanted)
         hits.append(Hit(memory, bm25 * decay(memory, now), lexical_score))
     hits.sort(key=lambda hit: (-hit.score, -hit.lexical_score, hit.memory.id))

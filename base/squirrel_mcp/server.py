@@ -139,7 +139,9 @@ class ContextResult(BaseModel):
     recent: list[Memory] = Field(description="The most recently saved or corrected other memories.")
     counts: dict[str, int] = Field(description="Memories per category.")
     total: int
-    unreadable: list[str] = Field(description="Ids of memories whose stored record failed its integrity check.")
+    unreadable: list[str] = Field(
+        description="Ids of memories whose stored record failed its integrity check."
+    )
 
 
 class ChangeResult(BaseModel):
@@ -165,7 +167,9 @@ class ListResult(BaseModel):
     limit: int
 
 
-IdArg = Annotated[MemoryId, Field(description="The memory's id, as returned by save_memory or search_memory.")]
+IdArg = Annotated[
+    MemoryId, Field(description="The memory's id, as returned by save_memory or search_memory.")
+]
 CategoryArg = Annotated[
     Category,
     Field(
@@ -246,12 +250,12 @@ def create_server(store: MemoryStore) -> MCPServer:
         profile = [m.memory() for m in memories if m.category == "profile"][:50]
         preferences = [m.memory() for m in memories if m.category == "preference"][:50]
         others = [m.memory() for m in memories if m.category not in ("profile", "preference")]
-        counts = Counter(m.category for m in memories)
+        counts = Counter[str](m.category for m in memories)
         return ContextResult(
             profile=profile,
             preferences=preferences,
             recent=others[:recent],
-            counts={category: counts.get(category, 0) for category in HALF_LIFE_DAYS},
+            counts={category: counts[category] for category in HALF_LIFE_DAYS},
             total=len(memories),
             unreadable=store.unreadable_ids(),
         )
@@ -279,9 +283,7 @@ def create_server(store: MemoryStore) -> MCPServer:
         the question. If nothing fits, retry once with nearMisses: true.
         """
         candidates = [
-            m
-            for m in store.current()
-            if (category is None or m.category == category) and _has_tags(m, tags)
+            m for m in store.current() if (category is None or m.category == category) and _has_tags(m, tags)
         ]
         outcome = search.search(candidates, query, datetime.now(UTC))
         return SearchResult(
@@ -293,9 +295,12 @@ def create_server(store: MemoryStore) -> MCPServer:
 
     @server.tool()
     def save_memory(
-        text: Annotated[MemoryText, Field(description="The memory: one fact, preference or event, self-contained.")],
+        text: Annotated[
+            MemoryText, Field(description="The memory: one fact, preference or event, self-contained.")
+        ],
         entity: Annotated[
-            Entity, Field(description="Who or what it is about, e.g. 'user', 'Anna (sister)', 'home network'.")
+            Entity,
+            Field(description="Who or what it is about, e.g. 'user', 'Anna (sister)', 'home network'."),
         ] = "user",
         category: CategoryArg = "note",
         tags: Annotated[Tags, Field(description="Short labels, e.g. ['health', 'food'].")] = [],  # noqa: B006
@@ -314,7 +319,9 @@ def create_server(store: MemoryStore) -> MCPServer:
         return SaveResult(
             memory=saved.memory(),
             possibleDuplicates=[
-                DuplicateHint(id=d.memory.id, entity=d.memory.entity, text=d.memory.text, overlap=round(d.score, 3))
+                DuplicateHint(
+                    id=d.memory.id, entity=d.memory.entity, text=d.memory.text, overlap=round(d.score, 3)
+                )
                 for d in duplicates
             ],
             note=(
@@ -332,7 +339,9 @@ def create_server(store: MemoryStore) -> MCPServer:
         entity: Annotated[Entity | None, Field(description="The corrected entity.")] = None,
         category: Annotated[Category | None, Field(description="The corrected category.")] = None,
         tags: Annotated[Tags | None, Field(description="The new tags (replace the old ones).")] = None,
-        keywords: Annotated[Keywords | None, Field(description="The new keywords (replace the old ones).")] = None,
+        keywords: Annotated[
+            Keywords | None, Field(description="The new keywords (replace the old ones).")
+        ] = None,
         reason: Annotated[Reason | None, Field(description="Why it changed, kept in the history.")] = None,
         expectedRevision: Annotated[
             int | None,
@@ -356,7 +365,9 @@ def create_server(store: MemoryStore) -> MCPServer:
         }
         if not changes:
             raise ToolError("nothing to change: give at least one of text, entity, category, tags, keywords")
-        revision = guarded(store.update, id, changes=changes, reason=reason, expected_revision=expectedRevision)
+        revision = guarded(
+            store.update, id, changes=changes, reason=reason, expected_revision=expectedRevision
+        )
         return ChangeResult(memory=revision.memory(), deleted=False, previousRevision=revision.revision - 1)
 
     @server.tool()

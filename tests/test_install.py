@@ -1,0 +1,82 @@
+"""What gets installed: both wheels' metadata, and fresh virtual environments that really work.
+
+These build wheels and create virtual environments with pip, so they take a minute
+or two; they are what proves the packaging, so they run in every `nox -s tests`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from squirrel_mcp import __version__
+from tests.conftest import PASSPHRASE, call
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*argv: str | Path) -> str:
+    result = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=900, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def wheel_metadata(wheel: Path) -> tuple[str, list[str]]:
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = Parser().parsestr(archive.read(name).decode())
+    return metadata["Version"], metadata.get_all("Requires-Dist") or []
+
+
+def test_both_wheels_carry_one_version_and_pin_each_other_exactly(tmp_path: Path) -> None:
+    for source in (ROOT, ROOT / "embeddings_plugin"):
+        run(sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", tmp_path, source)
+    (base,) = tmp_path.glob("squirrel_mcp-*.whl")
+    (plugin,) = tmp_path.glob("squirrel_mcp_embeddings-*.whl")
+    base_version, base_requires = wheel_metadata(base)
+    plugin_version, plugin_requires = wheel_metadata(plugin)
+    assert base_version == plugin_version == __version__
+    assert f"squirrel-mcp-embeddings=={__version__}; extra == 'embeddings'" in base_requires
+    assert f"squirrel-mcp=={__version__}" in plugin_requires
+
+
+def fresh_venv(path: Path) -> Path:
+    venv.create(path, with_pip=True)
+    return path / "bin"
+
+
+async def round_trip(bin_dir: Path, tmp_path: Path) -> None:
+    """The venv's own squirrel-mcp script, over stdio: save, then find it."""
+    env = {"SQUIRREL_VAULT": str(tmp_path / "vault.sqlite3"), "SQUIRREL_PASSPHRASE": PASSPHRASE}
+    async with Client(StdioServerParameters(command=str(bin_dir / "squirrel-mcp"), env=env)) as client:
+        await call(client, "save_memory", text="Installed from a fresh environment")
+        found = await call(client, "search_memory", query="fresh environment")
+        assert found["total"] == 1
+        assert found["ranking"] == "lexical"
+
+
+@pytest.mark.anyio
+async def test_pip_install_of_the_checkout_gives_a_working_server(tmp_path: Path) -> None:
+    bin_dir = fresh_venv(tmp_path / "venv")
+    run(bin_dir / "pip", "install", "-q", ROOT)
+    assert run(bin_dir / "squirrel-mcp", "--version").strip() == f"squirrel-mcp {__version__}"
+    await round_trip(bin_dir, tmp_path)
+
+
+@pytest.mark.anyio
+async def test_locked_install_of_both_distributions_gives_a_working_server(tmp_path: Path) -> None:
+    bin_dir = fresh_venv(tmp_path / "venv")
+    # The documented install from a checkout: the hashed lock, then both distributions.
+    run(bin_dir / "pip", "install", "-q", "--require-hashes", "-r", ROOT / "requirements" / "runtime.txt")
+    run(bin_dir / "pip", "install", "-q", "--no-deps", ROOT, ROOT / "embeddings_plugin")
+    run(bin_dir / "python", "-c", "import squirrel_mcp_embeddings")
+    await round_trip(bin_dir, tmp_path)
