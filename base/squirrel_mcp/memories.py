@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from squirrel_mcp import crypto
+from squirrel_mcp.index import SearchIndex
 from squirrel_mcp.models import Category, Change, Revision, now_iso
 from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, Storage
 
@@ -73,6 +74,8 @@ class MemoryStore:
         self._key = data_key
         self._histories: dict[str, _History] = {}
         self._cursor = 0
+        # Search's view of the latest live revisions, updated as they are decrypted.
+        self.index = SearchIndex()
         # Tools run in worker threads; one lock keeps read-modify-append atomic here.
         self._lock = threading.RLock()
         self.refresh()
@@ -114,6 +117,13 @@ class MemoryStore:
                     history.unreadable.add(record.revision)
                 else:
                     history.revisions[record.revision] = revision
+            for memory_id in {record.memory_id for record in records}:
+                history = self._histories[memory_id]
+                latest = history.revisions.get(history.latest_number())
+                if latest is None or latest.deleted:
+                    self.index.remove(memory_id)
+                else:
+                    self.index.add(latest)
 
     def _open(self, record: SealedRecord) -> Revision | None:
         ad = crypto.record_ad(self.account_id, record.memory_id, record.revision)

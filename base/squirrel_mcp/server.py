@@ -282,13 +282,17 @@ def create_server(store: MemoryStore) -> MCPServer:
         low score means lower confidence, not a wrong answer, so check low hits against
         the question. If nothing fits, retry once with nearMisses: true.
         """
-        candidates = [
-            m for m in store.current() if (category is None or m.category == category) and _has_tags(m, tags)
-        ]
-        outcome = search.search(candidates, query, datetime.now(UTC))
+        store.refresh()
+        outcome = search.search(
+            store.index,
+            query,
+            datetime.now(UTC),
+            limit=limit,
+            keep=lambda m: (category is None or m.category == category) and _has_tags(m, tags),
+        )
         return SearchResult(
-            results=[_hit_view(hit) for hit in outcome.hits[:limit]],
-            total=len(outcome.hits),
+            results=[_hit_view(hit) for hit in outcome.hits],
+            total=outcome.total,
             ranking="lexical",
             note=outcome.note,
         )
@@ -315,7 +319,7 @@ def create_server(store: MemoryStore) -> MCPServer:
         lists memories the new one may duplicate.
         """
         saved = store.save(entity=entity, text=text, category=category, tags=tags, keywords=keywords)
-        duplicates = search.likely_duplicates(store.current(), saved)
+        duplicates = search.likely_duplicates(store.index, saved)
         return SaveResult(
             memory=saved.memory(),
             possibleDuplicates=[

@@ -1,0 +1,209 @@
+"""Terms from text: Latin accents folded, words in any script, pairs where there are no spaces.
+
+The rules are the spec's ("How search ranks"):
+
+- Case and accents on Latin letters are folded (crème -> creme, Straße -> strasse);
+  accents on letters of other scripts are kept, so тёмная and темная differ.
+- A word is a run of letters, digits and combining marks in any script. There is
+  no stemming: тёмная does not find тёмную, 서울 does not find 서울에.
+- Chinese, Japanese, Thai, Lao, Khmer and Myanmar are written without spaces, so
+  a run of them is cut into overlapping pairs of characters (a character with its
+  combining marks). Each pair is a full term; each character inside a pair is a
+  half term, so a one-character query counts half for each pair holding it.
+- A hyphenated word is one full term spelled without its hyphens (Pi-hole and
+  pihole are the same term) and each of its parts is a half term.
+
+Every term is a whole unit: a query word matches a memory's word only when they
+are spelled the same after folding, never as a prefix or a piece. That is why a
+one- or two-letter query word such as "pi" finds only the word "pi" or the part
+"pi" of "Pi-hole" (at half), never "pipe".
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import re
+import unicodedata
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from squirrel_mcp.text.stopwords import STOPWORDS
+
+# Latin letters that carry their accent in the letter itself, so Unicode
+# decomposition leaves them whole; folded by hand like the decomposable ones.
+_LATIN_EXTRA = str.maketrans(
+    {"ø": "o", "ł": "l", "đ": "d", "ħ": "h", "ŧ": "t", "ı": "i", "æ": "ae", "œ": "oe", "þ": "th"}
+)
+
+# Ranges of the scripts written without spaces between words (Unicode blocks).
+_PAIR_RANGES = (
+    (0x0E00, 0x0EFF),  # Thai, Lao
+    (0x1000, 0x109F),  # Myanmar
+    (0x1780, 0x17FF),  # Khmer
+    (0x19E0, 0x19FF),  # Khmer symbols
+    (0x3005, 0x3007),  # 々 〆 〇
+    (0x3040, 0x30FF),  # Hiragana, Katakana
+    (0x3100, 0x312F),  # Bopomofo
+    (0x31A0, 0x31FF),  # Bopomofo extended, Katakana phonetic extensions
+    (0x3400, 0x4DBF),  # CJK extension A
+    (0x4E00, 0x9FFF),  # CJK unified ideographs
+    (0xA9E0, 0xA9FF),  # Myanmar extended-B
+    (0xAA60, 0xAA7F),  # Myanmar extended-A
+    (0xF900, 0xFAFF),  # CJK compatibility ideographs
+    (0xFF66, 0xFF9F),  # half-width Katakana (NFKC widens most of them)
+    (0x20000, 0x3FFFF),  # CJK extensions B and later
+)
+
+
+def _char_class(ranges: list[tuple[int, int]]) -> str:
+    return "".join(f"{re.escape(chr(lo))}-{re.escape(chr(hi))}" for lo, hi in ranges)
+
+
+def _mark_ranges() -> list[tuple[int, int]]:
+    """Ranges of combining marks: not word characters to `re`, yet part of words (Hindi, Thai)."""
+    ranges: list[tuple[int, int]] = []
+    # Marks outside planes 0-1 are only the variation selectors of plane 14.
+    for cp in [*range(0x20000), *range(0xE0100, 0xE01F0)]:
+        if unicodedata.category(chr(cp)).startswith("M"):
+            if ranges and ranges[-1][1] == cp - 1:
+                ranges[-1] = (ranges[-1][0], cp)
+            else:
+                ranges.append((cp, cp))
+    return ranges
+
+
+_MARKS = _char_class(_mark_ranges())
+_WORD_CHAR = rf"(?:[^\W_]|[{_MARKS}])"
+# Hyphen-minus, hyphen and non-breaking hyphen join the parts of one word.
+_HYPHENS = "-\u2010\u2011"
+_CHUNK = re.compile(rf"{_WORD_CHAR}+(?:[{_HYPHENS}]{_WORD_CHAR}+)*")
+_PAIR_RUN = re.compile(rf"[{_char_class(list(_PAIR_RANGES))}]+")
+_HYPHEN_SPLIT = re.compile(f"[{_HYPHENS}]")
+_LETTER_OR_DIGIT = re.compile(r"[^\W_]")
+# A character and the combining marks after it: what a reader counts as one character.
+_CLUSTER = re.compile(rf"[^{_MARKS}][{_MARKS}]*")
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_latin(char: str) -> bool:
+    return "LATIN" in unicodedata.name(char, "")
+
+
+def fold(text: str) -> str:
+    """Case-fold, and drop accents on Latin letters only (crème -> creme, Straße -> strasse).
+
+    Compatibility forms are unified first (full-width letters, ligatures such as "ﬁ").
+    The soft hyphen is an invisible line-break hint, so it is removed, joining its word.
+    """
+    text = text.replace("\u00ad", "")
+    if text.isascii():
+        return text.lower()
+    out: list[str] = []
+    latin_base = False
+    for char in unicodedata.normalize("NFKD", text):
+        if unicodedata.combining(char):
+            if not latin_base:
+                out.append(char)
+            continue
+        latin_base = char.isascii() or _is_latin(char)
+        out.append(char)
+    folded = unicodedata.normalize("NFC", "".join(out)).casefold().translate(_LATIN_EXTRA)
+    # Casefolding can un-compose (e.g. İ -> i + dot above); fold once more in that case.
+    return folded if folded.isascii() else unicodedata.normalize("NFC", folded)
+
+
+def has_letter_or_digit(text: str) -> bool:
+    """Whether `text` holds a letter or digit in any script, i.e. anything searchable."""
+    return _LETTER_OR_DIGIT.search(text) is not None
+
+
+def _pairs(run: str) -> tuple[list[str], list[str]]:
+    """Full terms (pairs, or the lone character) and half terms (characters inside pairs)."""
+    chars = _CLUSTER.findall(run)
+    if len(chars) == 1:
+        return chars, []
+    pairs = [a + b for a, b in itertools.pairwise(chars)]
+    # A character in the middle of a run sits in two pairs, so it is listed twice.
+    halves = [c for pair in itertools.pairwise(chars) for c in pair]
+    return pairs, halves
+
+
+@dataclass(frozen=True)
+class Terms:
+    """The terms of one field: full ones (whole words, pairs) and half ones (hyphen parts, characters)."""
+
+    full: list[str]
+    half: list[str]
+
+
+def document_terms(text: str) -> Terms:
+    """The terms a memory's field is found by, repeated as often as they occur."""
+    full: list[str] = []
+    half: list[str] = []
+    for chunk in _CHUNK.findall(fold(text)):
+        if _PAIR_RUN.search(chunk):
+            for word in _split_pair_runs(chunk):
+                if _PAIR_RUN.fullmatch(word):
+                    pairs, chars = _pairs(word)
+                    full.extend(pairs)
+                    half.extend(chars)
+                else:
+                    full.append(word)
+            continue
+        parts = _HYPHEN_SPLIT.split(chunk)
+        full.append("".join(parts))
+        if len(parts) > 1:
+            half.extend(parts)
+    return Terms(full, half)
+
+
+def _split_pair_runs(chunk: str) -> Iterator[str]:
+    """A chunk holding pair-script text, cut into pair-script runs and the words between them."""
+    position = 0
+    for match in _PAIR_RUN.finditer(chunk):
+        yield from (word for word in _HYPHEN_SPLIT.split(chunk[position : match.start()]) if word)
+        yield match.group()
+        position = match.end()
+    yield from (word for word in _HYPHEN_SPLIT.split(chunk[position:]) if word)
+
+
+@dataclass(frozen=True)
+class QueryWord:
+    """One word of a query, as `lexicalScore` counts it.
+
+    `term` is the word's full term. `parts` are a hyphenated word's parts
+    (stopwords left out), each worth half when the whole is missing. `stopword`
+    words are left out of `lexicalScore`.
+    """
+
+    term: str
+    parts: tuple[str, ...] = ()
+    stopword: bool = False
+
+
+def query_words(query: str) -> list[QueryWord]:
+    """The distinct words of a query, in order; pair-script runs give one word per pair.
+
+    A one-character pair-script run is a word of its own: it is held in full by a
+    memory holding that character alone, and at half by one holding it in a pair.
+    """
+    words: dict[str, QueryWord] = {}
+    for chunk in _CHUNK.findall(fold(query)):
+        if _PAIR_RUN.search(chunk):
+            for word in _split_pair_runs(chunk):
+                pieces = _pairs(word)[0] if _PAIR_RUN.fullmatch(word) else [word]
+                for piece in pieces:
+                    words.setdefault(piece, QueryWord(piece, stopword=piece in STOPWORDS))
+            continue
+        parts = _HYPHEN_SPLIT.split(chunk)
+        term = "".join(parts)
+        kept = tuple(part for part in parts if part not in STOPWORDS) if len(parts) > 1 else ()
+        words.setdefault(term, QueryWord(term, kept, stopword=term in STOPWORDS))
+    return list(words.values())
+
+
+def content_words(words: list[QueryWord]) -> list[QueryWord]:
+    """The words that are not stopwords, or all of them when every one is."""
+    kept = [word for word in words if not word.stopword]
+    return kept or words
