@@ -3,13 +3,15 @@
 The version is written once, in base/squirrel_mcp/__init__.py. This hook gives it
 to `squirrel-mcp` (whose `embeddings` extra requires `squirrel-mcp-embeddings`
 at exactly that version) and to `squirrel-mcp-embeddings` (which requires
-`squirrel-mcp` at exactly that version). embeddings_plugin/pyproject.toml points
-its hook at this file.
+`squirrel-mcp` at exactly that version, plus the third-party dependencies listed
+once under `[tool.squirrel-mcp] dependencies` in embeddings_plugin/pyproject.toml).
+embeddings_plugin/pyproject.toml points its hook at this file.
 """
 
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -37,4 +39,5 @@ class VersionHook(MetadataHookInterface):
         if metadata["name"] == "squirrel-mcp":
             metadata["optional-dependencies"] = {"embeddings": [f"squirrel-mcp-embeddings=={version}"]}
         else:
-            metadata["dependencies"] = [*metadata.get("dependencies", []), f"squirrel-mcp=={version}"]
+            listed = tomllib.loads((Path(self.root) / "pyproject.toml").read_text())["tool"]["squirrel-mcp"]
+            metadata["dependencies"] = [*listed["dependencies"], f"squirrel-mcp=={version}"]

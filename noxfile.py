@@ -1,6 +1,7 @@
 """Every job of the project, one nox session each.
 
     nox -s tests   ruff, mypy and every test (what .ci/run and the README run)
+    nox -s fetch_model  the shipped model's checked files into the plugin (cached)
     nox -s demo    the real server over stdio on a throwaway vault
     nox -s build   both wheels into dist/
     nox -s bench   benchmark scripts; figures land in docs/benchmarks/
@@ -37,10 +38,29 @@ def install_project(session: nox.Session, *locks: str) -> None:
     session.install("--no-deps", "--no-build-isolation", ".", "./embeddings_plugin")
 
 
+def fetch_model_files(session: nox.Session, *args: str) -> None:
+    """Install the fetch step's tools and run it: the model's checked files land in the plugin."""
+    session.install("--require-hashes", "-r", "requirements/fetch.txt")
+    # torch is pinned by version, not hash: this machine's disk holds its CPU build
+    # (2.13.0+cpu), which a hash lock resolved against the index cannot name, and the
+    # index's torch pulls gigabytes of CUDA. Its dependencies are in fetch.txt, hence
+    # --no-deps. The export it makes is itself pinned by SHA-256 in the manifest.
+    session.install("--no-deps", "torch==2.13.0")
+    session.run("python", "model/fetch.py", *args)
+
+
+@nox.session(python=PYTHON)
+def fetch_model(session: nox.Session) -> None:
+    """Fetch, export and check the shipped model (quick when ~/.cache/squirrel-mcp-build has it)."""
+    fetch_model_files(session, *session.posargs)
+
+
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Lint, type-check and run every test."""
-    install_project(session, "requirements/dev.txt")
+    """Lint, type-check and run every test (the model is fetched first, so its tests run)."""
+    session.install("--require-hashes", "-r", "requirements/dev.txt")
+    fetch_model_files(session)
+    install_project(session)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
@@ -58,6 +78,7 @@ def demo(session: nox.Session) -> None:
 def build(session: nox.Session) -> None:
     """Both wheels (squirrel-mcp and squirrel-mcp-embeddings) into dist/."""
     session.install("--require-hashes", "-r", "requirements/dev.txt")
+    fetch_model_files(session)
     session.run("python", "-m", "build", "--wheel", "--no-isolation", "--outdir", "dist", ".")
     session.run("python", "-m", "build", "--wheel", "--no-isolation", "--outdir", "dist", "embeddings_plugin")
 
@@ -73,7 +94,7 @@ def bench(session: nox.Session) -> None:
 def lock(session: nox.Session) -> None:
     """Regenerate requirements/*.txt from requirements/*.in (needs the package index)."""
     session.install("uv")
-    for name in ("runtime", "build", "dev", "nox"):
+    for name in ("runtime", "build", "dev", "nox", "fetch"):
         session.run(
             "uv", "pip", "compile", *LOCK_FLAGS, f"requirements/{name}.in", "-o", f"requirements/{name}.txt"
         )
