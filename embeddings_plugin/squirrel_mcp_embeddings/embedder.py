@@ -1,0 +1,133 @@
+"""The local model: ONNX Runtime and the tokenizer started from checked bytes, and embed().
+
+    embedder = load()                      # ModelNotLoaded(reason, file) if refused
+    vectors = embedder.embed(["text", ...])  # float32, one L2-normalised row per text
+
+The graph returns token embeddings; the mean over real tokens (weighted by the
+attention mask, so padding never counts) and the L2 normalisation happen here,
+as sentence-transformers does for this model.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from squirrel_mcp_embeddings.integrity import (
+    MANIFEST_NAME,
+    PACKAGED_MODEL_DIR,
+    Manifest,
+    ModelNotLoaded,
+    model_dir,
+    read_checked,
+    read_manifest,
+)
+
+BATCH_SIZE = 32
+# What embed() can feed; a graph may declare any subset (gte-small and MiniLM take all three).
+INPUTS = frozenset({"input_ids", "attention_mask", "token_type_ids"})
+
+Vectors = npt.NDArray[np.float32]
+
+
+def import_runtime() -> ModuleType:
+    """The onnxruntime module with its telemetry off; ModelNotLoaded("runtime") if it cannot load.
+
+    The official Linux and macOS builds report usage unless ORT_DISABLE_TELEMETRY=1
+    is set before the library loads; it is set whatever the environment says. If
+    something imported onnxruntime earlier, the variable came too late, so the
+    runtime's own switch is thrown as well.
+    """
+    os.environ["ORT_DISABLE_TELEMETRY"] = "1"
+    try:
+        runtime = importlib.import_module("onnxruntime")
+        runtime.disable_telemetry_events()
+    except (ImportError, OSError, AttributeError) as error:
+        raise ModelNotLoaded("runtime") from error
+    return runtime
+
+
+def mean_pool(hidden: npt.NDArray[np.float32], mask: npt.NDArray[np.int64]) -> Vectors:
+    """L2-normalised mean of each row's token vectors, counting only tokens whose mask is 1."""
+    weights = mask[:, :, None].astype(np.float32)
+    summed = (hidden * weights).sum(axis=1)
+    counts = np.maximum(weights.sum(axis=1), 1e-9)
+    means = summed / counts
+    norms = np.maximum(np.linalg.norm(means, axis=1, keepdims=True), 1e-12)
+    unit: Vectors = (means / norms).astype(np.float32)
+    return unit
+
+
+class Embedder:
+    """A started model: tokenizer and inference session built from checked bytes."""
+
+    def __init__(self, manifest: Manifest, files: dict[str, bytes]) -> None:
+        """Start the runtime on `files` (already checked); ModelNotLoaded("runtime") if it cannot."""
+        self.manifest = manifest
+        runtime = import_runtime()
+        try:
+            from tokenizers import Tokenizer  # imported with the runtime, not at server start
+
+            tokenizer = Tokenizer.from_str(files[manifest.tokenizer_file].decode("utf-8"))
+            # Truncate at the model's limit; pad each batch only to its longest text.
+            tokenizer.enable_truncation(max_length=manifest.max_tokens)
+            pad_id = tokenizer.token_to_id(manifest.pad_token)
+            if pad_id is None:
+                raise ValueError(f"no {manifest.pad_token} in the tokenizer")
+            tokenizer.enable_padding(pad_id=pad_id, pad_token=manifest.pad_token)
+            options = runtime.SessionOptions()
+            options.log_severity_level = 3  # errors only: the runtime must not write to stderr per call
+            session = runtime.InferenceSession(
+                files[manifest.onnx_file], sess_options=options, providers=["CPUExecutionProvider"]
+            )
+            declared = {item.name for item in session.get_inputs()}
+            outputs = {item.name for item in session.get_outputs()}
+        except Exception as error:
+            # The runtime's and the tokenizer's own error types vary by version and
+            # platform; whichever it is, the model did not start, and the caller falls
+            # back to lexical search with reason "runtime".
+            raise ModelNotLoaded("runtime") from error
+        if not declared <= INPUTS & set(manifest.onnx_inputs) or manifest.onnx_output not in outputs:
+            raise ModelNotLoaded("runtime")
+        self._tokenizer = tokenizer
+        self._session: Any = session
+        self._inputs = declared
+        # One real run before "ready", so a graph that loads but cannot run is refused now.
+        if self.embed(["ready"]).shape != (1, manifest.dimensions):
+            raise ModelNotLoaded("runtime")
+
+    def embed(self, texts: Sequence[str], batch_size: int = BATCH_SIZE) -> Vectors:
+        """One L2-normalised float32 row per text, each truncated at the model's max tokens.
+
+        A text's vector does not depend on the batch it is in (beyond float rounding).
+        """
+        out = np.empty((len(texts), self.manifest.dimensions), dtype=np.float32)
+        for start in range(0, len(texts), batch_size):
+            encodings = self._tokenizer.encode_batch(list(texts[start : start + batch_size]))
+            columns = {
+                "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+                "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+                "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
+            }
+            feeds = {name: columns[name] for name in self._inputs}
+            (hidden,) = self._session.run([self.manifest.onnx_output], feeds)
+            out[start : start + len(encodings)] = mean_pool(hidden, columns["attention_mask"])
+        return out
+
+
+def load(manifest_path: Path | None = None, directory: Path | None = None) -> Embedder:
+    """Check the model files against the packaged manifest and start the model on those bytes.
+
+    directory defaults to SQUIRREL_MEMORY_MODEL_DIR, else the package's model/.
+    Raises ModelNotLoaded with reason manifest, missing, integrity or runtime.
+    """
+    manifest = read_manifest(manifest_path or PACKAGED_MODEL_DIR / MANIFEST_NAME)
+    files = read_checked(manifest, directory or model_dir())
+    return Embedder(manifest, files)
