@@ -5,18 +5,29 @@ it when it is deleted, so each save, correction or delete re-tokenizes that one
 memory and a search never tokenizes the vault. Like the decrypted view it is
 built from, the index lives only in the server's memory and is never written to disk.
 
-Fields are weighted as in BM25F (Robertson, Zaragoza & Taylor, "Simple BM25
-extension to multiple weighted fields", 2004): a term's frequency in a memory is
-the sum of its counts in each field times the field's weight, and the memory's
-length is the weighted sum of its fields' lengths.
+Each posting holds the memory's BM25 term weight for that term, computed once when
+the memory is indexed (an impact-ordered index in the sense of Anh & Moffat,
+"Pruned query evaluation using pre-computed impacts", 2006), so a search only adds
+up weights. Two choices make that possible:
+
+- Fields are weighted as in BM25F (Robertson, Zaragoza & Taylor, "Simple BM25
+  extension to multiple weighted fields", 2004): a term's frequency is the sum of
+  its counts in each field times the field's weight, and the memory's length is
+  the weighted sum of its fields' lengths.
+- Length is normalised against a fixed typical memory length rather than the
+  vault's running average, so one save never changes every other memory's weights.
+- The recency decay is split in two: the part from the memory's date to the index's
+  epoch is folded into its weights; the part from the epoch to now is the same for
+  every memory of a category and is applied per search.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 
-from squirrel_mcp.models import Revision, parse_iso
+from squirrel_mcp.models import HALF_LIFE_DAYS, Revision, parse_iso
 from squirrel_mcp.text.stopwords import STOPWORDS
 from squirrel_mcp.text.tokens import document_terms
 
@@ -26,6 +37,14 @@ from squirrel_mcp.text.tokens import document_terms
 FIELD_WEIGHTS = {"entity": 2.0, "text": 1.0, "tags": 2.0, "keywords": 2.0}
 # A hyphen part, or a character inside a pair, is half a match (the spec's rule).
 HALF = 0.5
+SECONDS_PER_DAY = 86_400.0
+# BM25's usual constants (Robertson & Zaragoza, "The Probabilistic Relevance
+# Framework", 2009): term-frequency saturation and length normalisation.
+BM25_K1 = 1.2
+BM25_B = 0.75
+# BM25's avgdl, fixed: a memory is a sentence or two; with the entity and labels
+# counted twice that is about 30 weighted words.
+TYPICAL_LENGTH = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,40 +52,47 @@ class Entry:
     """What the index keeps about one memory besides its postings."""
 
     memory: Revision
-    length: float
-    updated: float
     # Every term the memory is posted under, to remove it again.
     terms: frozenset[str]
     # Its full terms that are not stopwords: what duplicates are judged by.
     content: frozenset[str]
 
 
-class SearchIndex:
-    """Term -> memory id -> weighted term frequency, for the latest revision of every live memory.
+def saturate(tf: float, denominator: float) -> float:
+    """BM25's term-frequency part: tf (k1 + 1) / (tf + k1 (1 - b + b dl / avgdl))."""
+    return tf * (BM25_K1 + 1) / (tf + denominator)
 
-    Hold `lock` while reading `postings`, `partial` and `entries`: tools run in
-    worker threads, and a save may update the index during a search.
+
+def halvings(category: str, seconds: float) -> float:
+    """How many half-lives of `category` fit in `seconds` (0 for a category that never fades)."""
+    half_life = HALF_LIFE_DAYS[category]
+    return 0.0 if half_life is None else seconds / (half_life * SECONDS_PER_DAY)
+
+
+class SearchIndex:
+    """Term -> memory id -> BM25 weight times decay to the epoch, for every live memory's latest revision.
+
+    Hold `lock` while reading `postings`, `partial`, `entries` and `categories`:
+    tools run in worker threads, and a save may update the index during a search.
     """
 
     def __init__(self, memories: list[Revision] | None = None) -> None:
         """An index holding `memories` (none by default)."""
         self.lock = threading.RLock()
+        # The moment the folded-in decay runs to; any fixed time works, now keeps numbers near 1.
+        self.epoch = time.time()
         self.postings: dict[str, dict[str, float]] = {}
         # Memories holding a term only as a hyphen part or inside a pair: they hold it at half.
         self.partial: dict[str, set[str]] = {}
         self.entries: dict[str, Entry] = {}
-        self.total_length = 0.0
+        # Apart from `entries` because a search reads it for every match.
+        self.categories: dict[str, str] = {}
         for memory in memories or []:
             self.add(memory)
 
     def __len__(self) -> int:
         """How many memories the index holds."""
         return len(self.entries)
-
-    @property
-    def average_length(self) -> float:
-        """The mean weighted length of the indexed memories (BM25's avgdl)."""
-        return self.total_length / len(self.entries) if self.entries else 0.0
 
     def add(self, memory: Revision) -> None:
         """Index `memory`, replacing any earlier revision of it."""
@@ -88,22 +114,29 @@ class SearchIndex:
                     full[term] = full.get(term, 0.0) + weight
                 for term in terms.half:
                     half[term] = half.get(term, 0.0) + weight * HALF
+        # A date ahead of this machine's clock (another device's) counts as now.
+        updated = min(parse_iso(memory.updatedAt).timestamp(), time.time())
+        recency = 0.5 ** halvings(memory.category, self.epoch - updated)
+        denominator = BM25_K1 * (1 - BM25_B + BM25_B * length / TYPICAL_LENGTH)
         entry = Entry(
             memory=memory,
-            length=length,
-            updated=parse_iso(memory.updatedAt).timestamp(),
             terms=frozenset(full) | frozenset(half),
             content=frozenset(term for term in full if term not in STOPWORDS),
         )
         with self.lock:
             self.remove(memory.id)
             for term, frequency in full.items():
-                self.postings.setdefault(term, {})[memory.id] = frequency + half.pop(term, 0.0)
-            for term, frequency in half.items():
-                self.postings.setdefault(term, {})[memory.id] = frequency
+                tf = frequency + half.pop(term, 0.0)
+                self.postings.setdefault(term, {})[memory.id] = (
+                    recency * tf * (BM25_K1 + 1) / (tf + denominator)
+                )
+            for term, tf in half.items():
+                self.postings.setdefault(term, {})[memory.id] = (
+                    recency * tf * (BM25_K1 + 1) / (tf + denominator)
+                )
                 self.partial.setdefault(term, set()).add(memory.id)
             self.entries[memory.id] = entry
-            self.total_length += length
+            self.categories[memory.id] = memory.category
 
     def remove(self, memory_id: str) -> None:
         """Drop a memory from the index; nothing happens if it is not there."""
@@ -111,7 +144,7 @@ class SearchIndex:
             entry = self.entries.pop(memory_id, None)
             if entry is None:
                 return
-            self.total_length -= entry.length
+            del self.categories[memory_id]
             for term in entry.terms:
                 posting = self.postings[term]
                 del posting[memory_id]
@@ -122,9 +155,10 @@ class SearchIndex:
                     partial.discard(memory_id)
                     if not partial:
                         del self.partial[term]
-            if not self.entries:
-                # Floating-point drift must not outlive the memories it came from.
-                self.total_length = 0.0
+
+    def recency_since_epoch(self, category: str, now: float) -> float:
+        """The decay from the epoch to `now` (epoch seconds): what a search multiplies by."""
+        return float(0.5 ** halvings(category, now - self.epoch))
 
     def level(self, term: str, memory_id: str) -> float:
         """How fully a memory holds a term: 1, HALF (only as a part or inside a pair), or 0."""

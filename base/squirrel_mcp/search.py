@@ -14,29 +14,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from squirrel_mcp.index import HALF, SearchIndex
+from squirrel_mcp.index import HALF, SECONDS_PER_DAY, SearchIndex, halvings
 from squirrel_mcp.models import HALF_LIFE_DAYS, Revision
 from squirrel_mcp.text.tokens import QueryWord, content_words, has_letter_or_digit, query_words
-
-# BM25's usual constants (Robertson & Zaragoza, "The Probabilistic Relevance
-# Framework", 2009): term-frequency saturation and length normalisation.
-BM25_K1 = 1.2
-BM25_B = 0.75
 
 NO_WORDS_NOTE = (
     "This query has no letter or digit in any script, so it cannot be searched by words. "
     "Search with words instead."
 )
 
-SECONDS_PER_DAY = 86_400.0
-
 
 def decay(category: str, age_days: float) -> float:
     """The category's recency weight: 1 when new, halving every half-life (HALF_LIFE_DAYS)."""
-    half_life = HALF_LIFE_DAYS[category]
-    if half_life is None:
-        return 1.0
-    return float(0.5 ** (max(0.0, age_days) / half_life))
+    return float(0.5 ** halvings(category, max(0.0, age_days) * SECONDS_PER_DAY))
 
 
 @dataclass(frozen=True)
@@ -57,22 +47,17 @@ class Outcome:
     note: str | None = None
 
 
-def _held(index: SearchIndex, word: QueryWord) -> dict[str, float]:
-    """How fully each memory holds one query word, 0 to 1, for memories that hold it at all."""
-    levels = {memory_id: index.level(word.term, memory_id) for memory_id in index.postings.get(word.term, ())}
-    if word.parts:
-        # A hyphenated query word missing whole still counts half for each part held
-        # (a quarter for a part held only at half). It is held in full only when every
-        # part is, as words of their own ("pi hole"), so lexicalScore 1 keeps its meaning.
-        from_parts: dict[str, list[float]] = {}
-        for part in word.parts:
-            for memory_id in index.postings.get(part, ()):
-                from_parts.setdefault(memory_id, []).append(index.level(part, memory_id))
-        for memory_id, held in from_parts.items():
-            cap = 1.0 if len(held) == len(word.parts) and min(held) == 1.0 else HALF
-            level = min(cap, HALF * sum(held))
-            levels[memory_id] = max(levels.get(memory_id, 0.0), level)
-    return levels
+def _held(index: SearchIndex, word: QueryWord, memory_id: str) -> float:
+    """How fully a memory holds one query word, 0 to 1."""
+    level = index.level(word.term, memory_id)
+    if level == 1.0 or not word.parts:
+        return level
+    # A hyphenated query word missing whole still counts half for each part held
+    # (a quarter for a part held only at half). It is held in full only when every
+    # part is, as words of their own ("pi hole"), so lexicalScore 1 keeps its meaning.
+    parts = [index.level(part, memory_id) for part in word.parts]
+    cap = 1.0 if min(parts) == 1.0 else HALF
+    return max(level, min(cap, HALF * sum(parts)))
 
 
 def search(
@@ -85,57 +70,62 @@ def search(
 ) -> Outcome:
     """Rank the indexed memories by BM25 over their words times their recency decay.
 
-    A memory matches when it holds at least one of the query's content words
-    (stopwords alone do not make a match). `keep` filters memories (category,
-    tags); `limit` caps the hits returned, while `total` counts every match.
+    A memory matches when it holds at least one of the query's content words, whole
+    or in part (stopwords alone do not make a match). `keep` filters memories
+    (category, tags); `limit` caps the hits returned, while `total` counts every match.
     """
     if not has_letter_or_digit(query):
         return Outcome([], 0, NO_WORDS_NOTE)
     words = query_words(query)
     wanted = content_words(words)
+    wanted_terms = {word.term for word in wanted} | {part for word in wanted for part in word.parts}
     # Each distinct term's weight in the query: whole words count fully, hyphen parts half.
-    weights: dict[str, float] = {}
-    for word in words:
-        weights[word.term] = 1.0
-    for word in words:
-        for part in word.parts:
-            weights.setdefault(part, HALF)
+    weights = dict.fromkeys([part for word in words for part in word.parts], HALF)
+    weights.update(dict.fromkeys([word.term for word in words], 1.0))
     with index.lock:
-        held: dict[str, float] = {}
-        for word in wanted:
-            for memory_id, level in _held(index, word).items():
-                held[memory_id] = held.get(memory_id, 0.0) + level
+        postings = index.postings
+        matched: set[str] = set().union(*(postings[term] for term in wanted_terms if term in postings))
         if keep is not None:
-            held = {memory_id: h for memory_id, h in held.items() if keep(index.entries[memory_id].memory)}
-        if not held:
+            matched = {memory_id for memory_id in matched if keep(index.entries[memory_id].memory)}
+        if not matched:
             return Outcome([], 0)
+        scores = dict.fromkeys(matched, 0.0)
         count = len(index)
-        # BM25's denominator tf + k1 * (1 - b + b * dl / avgdl), split into constants per search.
-        base = BM25_K1 * (1 - BM25_B)
-        per_length = BM25_K1 * BM25_B / index.average_length
-        bm25 = dict.fromkeys(held, 0.0)
         for term, weight in weights.items():
-            posting = index.postings.get(term)
+            posting = postings.get(term)
             if posting is None:
                 continue
             frequency = len(posting)
-            idf = math.log(1 + (count - frequency + 0.5) / (frequency + 0.5))
-            gain = weight * idf * (BM25_K1 + 1)
-            for memory_id in held.keys() & posting.keys() if len(held) < len(posting) else posting:
-                if memory_id in bm25:
-                    tf = posting[memory_id]
-                    length = index.entries[memory_id].length
-                    bm25[memory_id] += gain * tf / (tf + base + per_length * length)
+            # BM25's inverse document frequency; the rest of its formula is in the posting.
+            gain = weight * math.log(1 + (count - frequency + 0.5) / (frequency + 0.5))
+            if keep is None and term in wanted_terms:
+                # Every memory holding a content term matched: no need to check.
+                for memory_id, impact in posting.items():
+                    scores[memory_id] += gain * impact
+            else:
+                for memory_id in matched.intersection(posting):
+                    scores[memory_id] += gain * posting[memory_id]
         now_seconds = now.timestamp()
-        scored = []
-        for memory_id, score in bm25.items():
-            entry = index.entries[memory_id]
-            age_days = (now_seconds - entry.updated) / SECONDS_PER_DAY
-            lexical = min(1.0, held[memory_id] / len(wanted))
-            scored.append((-score * decay(entry.memory.category, age_days), -lexical, memory_id))
-        best = sorted(scored) if limit is None else heapq.nsmallest(limit, scored)
-        hits = [Hit(index.entries[memory_id].memory, -score, -lexical) for score, lexical, memory_id in best]
-    return Outcome(hits, len(scored))
+        recency = {category: index.recency_since_epoch(category, now_seconds) for category in HALF_LIFE_DAYS}
+        categories = index.categories
+        for memory_id, score in scores.items():
+            scores[memory_id] = score * recency[categories[memory_id]]
+        total = len(scores)
+        chosen: list[str] = list(scores)
+        if limit is not None and limit < total:
+            # Only the best need lexicalScore; keep every tie of the last one for the tie-break.
+            cutoff = scores[heapq.nlargest(limit, scores, key=scores.__getitem__)[-1]]
+            chosen = [memory_id for memory_id, score in scores.items() if score >= cutoff]
+        hits = [
+            Hit(
+                index.entries[memory_id].memory,
+                scores[memory_id],
+                sum(_held(index, word, memory_id) for word in wanted) / len(wanted),
+            )
+            for memory_id in chosen
+        ]
+    hits.sort(key=lambda hit: (-hit.score, -hit.lexical_score, hit.memory.id))
+    return Outcome(hits[:limit], total)
 
 
 def likely_duplicates(index: SearchIndex, new: Revision, limit: int = 3) -> list[Hit]:
