@@ -88,6 +88,7 @@ def bench(session: nox.Session) -> None:
     """Benchmarks, run side by side; each writes its figures to docs/benchmarks/."""
     install_project(session, "requirements/dev.txt")
     session.run("python", "scripts/bench_startup.py", *session.posargs)
+    session.run("python", "scripts/bench_search.py")
 
 
 @nox.session(python=PYTHON)
