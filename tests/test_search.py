@@ -395,3 +395,21 @@ def test_incremental_updates_equal_a_fresh_index(
     got = {hit.memory.id: hit.score for hit in run(index, query).hits}
     want = {hit.memory.id: hit.score for hit in run(fresh, query).hits}
     assert got == pytest.approx(want)
+
+
+@settings(max_examples=100, deadline=None)
+@given(memories)
+def test_likely_duplicates_finds_every_memory_sharing_half_its_words(
+    entries: list[tuple[str, str, int]],
+) -> None:
+    index = build(entries)
+    new = index.entries[f"{0:016x}"].memory
+    words = set(index.entries[new.id].content)
+    expected = []
+    for entry in index.entries.values():
+        union = words | set(entry.content)
+        overlap = len(words & set(entry.content)) / len(union) if union else 0.0
+        if entry.memory.id != new.id and overlap >= 0.5:
+            expected.append((-overlap, entry.memory.id))
+    found = search.likely_duplicates(index, new)
+    assert [hit.memory.id for hit in found] == [memory_id for _, memory_id in sorted(expected)[:3]]

@@ -51,11 +51,12 @@ TYPICAL_LENGTH = 30.0
 class Entry:
     """What the index keeps about one memory besides its postings."""
 
+    # Tuples, not sets: a third of the size, and these are only ever scanned.
     memory: Revision
     # Every term the memory is posted under, to remove it again.
-    terms: frozenset[str]
-    # Its full terms that are not stopwords: what duplicates are judged by.
-    content: frozenset[str]
+    terms: tuple[str, ...]
+    # Its distinct full terms that are not stopwords: what duplicates are judged by.
+    content: tuple[str, ...]
 
 
 def saturate(tf: float, denominator: float) -> float:
@@ -120,8 +121,8 @@ class SearchIndex:
         denominator = BM25_K1 * (1 - BM25_B + BM25_B * length / TYPICAL_LENGTH)
         entry = Entry(
             memory=memory,
-            terms=frozenset(full) | frozenset(half),
-            content=frozenset(term for term in full if term not in STOPWORDS),
+            terms=tuple(full.keys() | half.keys()),
+            content=tuple(term for term in full if term not in STOPWORDS),
         )
         with self.lock:
             self.remove(memory.id)

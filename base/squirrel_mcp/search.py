@@ -134,15 +134,18 @@ def likely_duplicates(index: SearchIndex, new: Revision, limit: int = 3) -> list
     `new` must already be in the index (the store indexes every saved revision).
     """
     with index.lock:
-        words = index.entries[new.id].content
-        candidates: set[str] = set()
-        for term in words:
-            candidates.update(index.postings.get(term, ()))
+        words = set(index.entries[new.id].content)
+        # An overlap of 1/2 needs at least half of `words` shared, so a duplicate holds one
+        # of the len // 2 + 1 rarest (prefix filtering, Chaudhuri, Ganti & Kaushik, 2006):
+        # the common words ("user") then never make every memory a candidate.
+        rarest = sorted(words, key=lambda term: (len(index.postings[term]), term))[: len(words) // 2 + 1]
+        candidates: set[str] = set().union(*(index.postings[term] for term in rarest))
         candidates.discard(new.id)
         found = []
         for memory_id in candidates:
             entry = index.entries[memory_id]
-            overlap = len(words & entry.content) / max(1, len(words | entry.content))
+            shared = len(words.intersection(entry.content))
+            overlap = shared / (len(words) + len(entry.content) - shared)
             if overlap >= 0.5:
                 found.append(Hit(entry.memory, overlap, overlap))
     found.sort(key=lambda hit: (-hit.score, hit.memory.id))
