@@ -1,0 +1,193 @@
+"""The recall corpus in tests/recall/: its shape, its paraphrase promise, and lexical recall on it.
+
+The corpus is synthetic (tests/recall/README.md). This checker proves what the
+recall gate relies on: every paraphrased query shares no content word with any
+of its expected memories, every exact-word query shares at least one, and the
+ranking set and the scripts set are found by words alone (lexical recall@5 at
+least 0.8). Words are compared as the search compares them: the project's own
+tokenizer (folding, hyphen parts, character pairs and the characters in them),
+stopwords aside. Lexical recall@1, recall@5 and MRR are printed for every set
+(run pytest with -s to see them); paraphrased queries are expected to score low
+by words, which is what the hybrid gate measures.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from squirrel_mcp import search
+from squirrel_mcp.index import SearchIndex
+from squirrel_mcp.models import HALF_LIFE_DAYS, Revision
+from squirrel_mcp.text.stopwords import STOPWORDS
+from squirrel_mcp.text.tokens import document_terms, query_words
+
+RECALL = Path(__file__).parent / "recall"
+# Ages are counted back from this moment; it lies in the past so no memory is dated ahead of the clock.
+NOW = datetime(2026, 6, 1, 12, tzinfo=UTC)
+TOP = 5
+FLOOR = 0.8
+
+
+def load(name: str) -> list[dict]:
+    return json.loads((RECALL / name).read_text(encoding="utf-8"))
+
+
+CORPUS = load("corpus.json")
+QUERIES = load("queries.json")
+RANKING = load("ranking.json")
+SCRIPTS = load("scripts.json")
+BY_ID = {memory["id"]: memory for memory in CORPUS}
+
+
+def hex_id(corpus_id: str) -> str:
+    """The 16-hex memory id for a corpus id: r001 -> 0000000000000001."""
+    return f"{int(corpus_id[1:]):016x}"
+
+
+def revision(memory: dict) -> Revision:
+    stamp = (NOW - timedelta(days=memory["ageDays"])).isoformat().replace("+00:00", "Z")
+    return Revision.model_validate(
+        {
+            "id": hex_id(memory["id"]),
+            "entity": memory["entity"],
+            "text": memory["text"],
+            "tags": memory["tags"],
+            "keywords": memory["keywords"],
+            "category": memory["category"],
+            "createdAt": stamp,
+            "updatedAt": stamp,
+            "revision": 1,
+            "change": "created",
+        }
+    )
+
+
+def memory_words(memory: dict) -> set[str]:
+    """Every term a memory is found by (words, hyphen parts, pairs and their characters), stopwords aside."""
+    words: set[str] = set()
+    for value in [memory["entity"], memory["text"], *memory["tags"], *memory["keywords"]]:
+        terms = document_terms(value)
+        words.update(terms.full, terms.half)
+    return words - STOPWORDS
+
+
+def query_content_words(query: str) -> set[str]:
+    """A query's content words, with hyphen parts and the characters of each pair."""
+    words: set[str] = set()
+    for word in query_words(query):
+        if word.stopword:
+            continue
+        words.add(word.term)
+        words.update(word.parts)
+        words.update(document_terms(word.term).half)
+    return words - STOPWORDS
+
+
+# Shape ------------------------------------------------------------------------
+
+
+def test_corpus_shape() -> None:
+    assert len(CORPUS) == 500
+    ids = [memory["id"] for memory in CORPUS]
+    assert len(set(ids)) == len(ids)
+    assert all(len(memory["id"]) == 4 and memory["id"][0] == "r" for memory in CORPUS)
+    assert {memory["category"] for memory in CORPUS} == set(HALF_LIFE_DAYS)
+    assert all(0 <= memory["ageDays"] <= 3 * 366 for memory in CORPUS)
+    # Many memories carry no keywords, as agents often give none.
+    assert sum(not memory["keywords"] for memory in CORPUS) >= 100
+    # Every memory is valid as the store would hold it.
+    assert len({revision(memory).id for memory in CORPUS}) == 500
+
+
+def test_query_sets_shape() -> None:
+    assert len(QUERIES) == 160
+    kinds = [query["kind"] for query in QUERIES]
+    assert set(kinds) == {"paraphrase", "exact"}
+    assert kinds.count("paraphrase") >= 90 and kinds.count("exact") >= 50
+    assert len(SCRIPTS) == 10 and len(RANKING) >= 10
+    for queries in (QUERIES, RANKING, SCRIPTS):
+        ids = [query["id"] for query in queries]
+        assert len(set(ids)) == len(ids)
+        for query in queries:
+            assert query["expected"], query
+            assert len(set(query["expected"])) == len(query["expected"]), query
+            assert set(query["expected"]) <= BY_ID.keys(), query
+    queries = [query["query"].casefold() for query in QUERIES]
+    assert len(set(queries)) == len(queries)
+
+
+def test_scripts_set_covers_each_script() -> None:
+    languages = {query["language"].split()[0] for query in SCRIPTS}
+    assert {"German", "French", "Greek", "Russian", "Korean", "Chinese", "Japanese", "Thai"} <= languages
+
+
+# Words ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("query", [q for q in QUERIES if q["kind"] == "paraphrase"], ids=lambda q: q["id"])
+def test_paraphrase_shares_no_content_word(query: dict) -> None:
+    words = query_content_words(query["query"])
+    assert words, query
+    for expected in query["expected"]:
+        shared = words & memory_words(BY_ID[expected])
+        assert not shared, (query["query"], expected, sorted(shared))
+
+
+@pytest.mark.parametrize("query", [q for q in QUERIES if q["kind"] == "exact"], ids=lambda q: q["id"])
+def test_exact_query_shares_a_content_word(query: dict) -> None:
+    words = query_content_words(query["query"])
+    for expected in query["expected"]:
+        assert words & memory_words(BY_ID[expected]), (query["query"], expected)
+
+
+def test_the_word_check_sees_hyphen_parts_and_pairs() -> None:
+    assert "hole" in query_content_words("hole") & memory_words(BY_ID[RANKING[0]["expected"][0]])
+    assert {"wifi", "wi", "fi"} <= query_content_words("Wi-Fi")
+    assert "京" in query_content_words("京都") and "京都" in query_content_words("京都")
+
+
+# Lexical recall ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def index() -> SearchIndex:
+    return SearchIndex([revision(memory) for memory in CORPUS])
+
+
+def measure(index: SearchIndex, queries: list[dict]) -> dict[str, float]:
+    """recall@1, recall@5 (share of a query's expected ids in the top k, at most k) and MRR, averaged."""
+    at1 = at5 = reciprocal = 0.0
+    for query in queries:
+        outcome = search.search(index, query["query"], NOW, limit=TOP)
+        ranked = [hit.memory.id for hit in outcome.hits]
+        expected = {hex_id(corpus_id) for corpus_id in query["expected"]}
+        at1 += len(expected.intersection(ranked[:1])) / min(len(expected), 1)
+        at5 += len(expected.intersection(ranked[:TOP])) / min(len(expected), TOP)
+        ranks = [rank for rank, memory_id in enumerate(ranked, 1) if memory_id in expected]
+        reciprocal += 1 / ranks[0] if ranks else 0.0
+    count = len(queries)
+    return {"recall@1": at1 / count, "recall@5": at5 / count, "MRR": reciprocal / count}
+
+
+SETS = {
+    "paraphrase": [q for q in QUERIES if q["kind"] == "paraphrase"],
+    "exact": [q for q in QUERIES if q["kind"] == "exact"],
+    "ranking": RANKING,
+    "scripts": SCRIPTS,
+}
+
+
+def test_lexical_recall(index: SearchIndex) -> None:
+    figures = {name: measure(index, queries) for name, queries in SETS.items()}
+    print("\nlexical recall on tests/recall (queries, recall@1, recall@5, MRR)")
+    for name, figure in figures.items():
+        print(
+            f"  {name:<10} {len(SETS[name]):>3}  {figure['recall@1']:.3f}  "
+            f"{figure['recall@5']:.3f}  {figure['MRR']:.3f}"
+        )
+    assert figures["ranking"]["recall@5"] >= FLOOR
+    assert figures["scripts"]["recall@5"] >= FLOOR
