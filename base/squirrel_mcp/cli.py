@@ -127,10 +127,19 @@ def cmd_import(config: Config, source: str) -> int:
 
 def cmd_serve(config: Config) -> int:
     """Unlock the vault, then serve MCP over stdio until the client closes it."""
+    from squirrel_mcp.plugins import PluginHost, get_plugin_manager, load_plugins
     from squirrel_mcp.server import create_server
 
     store = open_store(config, create=True)
-    create_server(store).run("stdio")
+    pm = get_plugin_manager()
+    load_plugins(pm)
+    host = PluginHost(pm)
+    # Plugins start in their own threads: the MCP handshake does not wait for them.
+    host.start(config, store)
+    try:
+        create_server(store, host).run("stdio")
+    finally:
+        host.shutdown()
     return 0
 
 

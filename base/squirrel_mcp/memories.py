@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
@@ -78,6 +78,9 @@ class MemoryStore:
         self.index = SearchIndex()
         # Tools run in worker threads; one lock keeps read-modify-append atomic here.
         self._lock = threading.RLock()
+        # Told of the latest revisions of the memories each refresh found changed
+        # (plugins, through their memories_changed hook). Called under the lock: be quick.
+        self.listeners: list[Callable[[Sequence[Revision]], None]] = []
         self.refresh()
 
     @classmethod
@@ -117,6 +120,7 @@ class MemoryStore:
                     history.unreadable.add(record.revision)
                 else:
                     history.revisions[record.revision] = revision
+            changed = []
             for memory_id in {record.memory_id for record in records}:
                 history = self._histories[memory_id]
                 latest = history.revisions.get(history.latest_number())
@@ -124,6 +128,11 @@ class MemoryStore:
                     self.index.remove(memory_id)
                 else:
                     self.index.add(latest)
+                if latest is not None:
+                    changed.append(latest)
+            if changed:
+                for listener in self.listeners:
+                    listener(changed)
 
     def _open(self, record: SealedRecord) -> Revision | None:
         ad = crypto.record_ad(self.account_id, record.memory_id, record.revision)
@@ -318,3 +327,26 @@ class MemoryStore:
                 self._append(missing)
                 added = len(missing)
         return added, present, conflicts
+
+
+class MemoryReader:
+    """Read-only access to the decrypted memories, as plugins get it at start-up."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        """Wrap `store`; plugins never receive the store itself, so they cannot write to it."""
+        self._store = store
+
+    @property
+    def account_id(self) -> str:
+        """The vault account's id (to name per-account files)."""
+        return self._store.account_id
+
+    def current(self) -> list[Revision]:
+        """The latest readable revision of every live memory, newest change first."""
+        return self._store.current()
+
+    def get(self, memory_id: str) -> Revision | None:
+        """The latest revision of a live memory, or None when no live memory has this id."""
+        with self._store.index.lock:
+            entry = self._store.index.entries.get(memory_id)
+        return None if entry is None else entry.memory

@@ -18,7 +18,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
 from squirrel_mcp import __version__, search
-from squirrel_mcp.memories import MemoryOperationError, MemoryStore
+from squirrel_mcp.memories import MemoryOperationError, MemoryReader, MemoryStore
 from squirrel_mcp.models import (
     HALF_LIFE_DAYS,
     Category,
@@ -31,6 +31,8 @@ from squirrel_mcp.models import (
     Revision,
     Tags,
 )
+from squirrel_mcp.plugins import PluginHost, get_plugin_manager
+from squirrel_mcp.ranking import Candidate, RankedHit, RankOptions
 
 INSTRUCTIONS = """\
 A private, encrypted memory of the user. Call get_context at the start of a session.
@@ -182,12 +184,13 @@ TagsFilter = Annotated[
 ]
 
 
-def _hit_view(hit: search.Hit) -> SearchHit:
+def _hit_view(memory: Revision, hit: RankedHit) -> SearchHit:
     return SearchHit(
-        **hit.memory.memory().model_dump(),
+        **memory.memory().model_dump(),
         score=round(hit.score, 6),
         lexicalScore=round(hit.lexical_score, 6),
-        semanticScore=None,
+        semanticScore=None if hit.semantic_score is None else round(hit.semantic_score, 6),
+        nearMiss=True if hit.near_miss else None,
     )
 
 
@@ -225,8 +228,13 @@ class SquirrelServer(MCPServer):
             raise
 
 
-def create_server(store: MemoryStore) -> MCPServer:
-    """The MCP server with every tool bound to an unlocked memory store."""
+def create_server(store: MemoryStore, plugins: PluginHost | None = None) -> MCPServer:
+    """The MCP server with every tool bound to an unlocked memory store.
+
+    `plugins` ranks search hits; without it only the built-in lexical ranker does.
+    The tools and their schemas are the same whatever plugins are installed.
+    """
+    host = plugins or PluginHost(get_plugin_manager())
     server: MCPServer = SquirrelServer(
         name="squirrel-mcp", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING"
     )
@@ -283,19 +291,35 @@ def create_server(store: MemoryStore) -> MCPServer:
         the question. If nothing fits, retry once with nearMisses: true.
         """
         store.refresh()
-        outcome = search.search(
-            store.index,
-            query,
-            datetime.now(UTC),
+        now = datetime.now(UTC)
+
+        def accepts(memory: Revision) -> bool:
+            return (category is None or memory.category == category) and _has_tags(memory, tags)
+
+        # Another ranker may rank any word match, so it gets all of them; lexical needs the top `limit`.
+        everything = host.has_rankers()
+        outcome = search.search(store.index, query, now, limit=None if everything else limit, keep=accepts)
+        if outcome.note is not None:
+            return SearchResult(results=[], total=0, ranking="lexical", note=outcome.note)
+        candidates = [Candidate(hit.memory, hit.score, hit.lexical_score) for hit in outcome.hits]
+        options = RankOptions(
             limit=limit,
-            keep=lambda m: (category is None or m.category == category) and _has_tags(m, tags),
+            near_misses=nearMisses,
+            category=category,
+            tags=tuple(tags or ()),
+            now=now,
+            accepts=accepts,
         )
-        return SearchResult(
-            results=[_hit_view(hit) for hit in outcome.hits],
-            total=outcome.total,
-            ranking="lexical",
-            note=outcome.note,
-        )
+        reader = MemoryReader(store)
+        ranked = host.rank(query, candidates, outcome.total, options, reader.get)
+        found = {candidate.memory.id: candidate.memory for candidate in candidates}
+        views = []
+        for hit in ranked.hits:
+            memory = found.get(hit.memory_id) or reader.get(hit.memory_id)
+            # check_ranking made sure of it; a memory deleted since then is simply left out.
+            if memory is not None:
+                views.append(_hit_view(memory, hit))
+        return SearchResult(results=views, total=ranked.total, ranking=ranked.ranking, note=None)
 
     @server.tool()
     def save_memory(

@@ -1,0 +1,1 @@
+"""Plugins that ship with the base server and are always registered."""

@@ -1,0 +1,92 @@
+"""The hooks a squirrel-mcp plugin can implement: markers and specifications only.
+
+A plugin is a module or object with functions marked `@hookimpl`, named like the
+specs below, registered through the entry-point group `squirrel_mcp` (see
+docs/plugins.md). An implementation may accept any subset of a spec's arguments.
+Hooks only ever gain arguments, never lose or rename them, so a plugin written
+today keeps working.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pluggy
+
+from squirrel_mcp.config import Config
+from squirrel_mcp.memories import MemoryReader
+from squirrel_mcp.models import Revision
+from squirrel_mcp.ranking import Candidate, Ranking, RankOptions
+
+hookspec = pluggy.HookspecMarker("squirrel_mcp")
+hookimpl = pluggy.HookimplMarker("squirrel_mcp")
+
+
+@hookspec
+def startup(config: Config, memories: MemoryReader, log: Callable[[str], None]) -> None:
+    """Called once when the server starts, in the plugin's own background thread.
+
+    Exists so a plugin can load what it needs (a model, a vector file) without
+    holding up the MCP handshake: the server answers the client meanwhile, and it
+    calls no other hook of this plugin's until `startup` returns.
+
+    - `config`: the server's settings, with the passphrase and API key removed.
+    - `memories`: read-only access to the decrypted memories (`current()`, `get(id)`).
+    - `log`: writes one line to stderr prefixed "squirrel-mcp: ". Only the lines
+      the design allows (docs/plugins.md); never memory text, a query or a key.
+
+    The return value is ignored (return None). Raising sets the plugin aside for
+    the session, with one line on stderr.
+    """
+
+
+@hookspec(firstresult=True)
+def rank_memories(
+    query: str, candidates: Sequence[Candidate], total: int, options: RankOptions
+) -> Ranking | None:
+    """Called on every search_memory with a query that has words; ranks its hits.
+
+    Exists so a plugin can replace word ranking (e.g. fuse it with meaning). Stops at
+    the first non-None result; the built-in lexical ranker runs last, so returning
+    None leaves the search to it (e.g. while a model is still loading).
+
+    - `query`: the agent's query, as typed.
+    - `candidates`: the memories matching by words and passing the filters, best
+      lexical first. Every match when a ranker besides lexical is installed; with
+      lexical alone, only the top `options.limit`.
+    - `total`: how many memories match by words.
+    - `options`: limit, nearMisses, the category and tag filters (and `accepts`,
+      which applies them), the search's clock.
+
+    Return a `Ranking`, or None to defer. An answer that raises, breaks the rules of
+    `Ranking` (unknown ids, scores that are not finite, too many hits) or takes more
+    than 10 s is not used: that search is lexical, the plugin's ranker is set aside
+    for the session and one line says so on stderr.
+    """
+
+
+@hookspec
+def memories_changed(revisions: Sequence[Revision]) -> None:
+    """Called after memories were saved, corrected, deleted, restored or imported.
+
+    Exists so a ranker that keeps state per memory (vectors) stays current without
+    polling: it is told of every change, also those another process made to the same
+    vault, once this server has read them. Called in the plugin's background thread,
+    in order, after `startup`.
+
+    - `revisions`: the latest revision of each memory that changed; a deleted memory
+      comes as its tombstone (`deleted` is True).
+
+    The return value is ignored (return None). Raising sets the plugin aside.
+    """
+
+
+@hookspec
+def shutdown() -> None:
+    """Called once when the server stops (the client closed stdin), after the last search.
+
+    Exists so a plugin can flush state to disk and stop its threads. The server waits
+    at most 5 s for every plugin's shutdown together, then exits.
+
+    The return value is ignored (return None).
+    """

@@ -1,0 +1,290 @@
+"""The plugin manager, `load_plugins()`, and the host that calls plugins without trusting them.
+
+Plugins are found through the entry-point group `squirrel_mcp`, like llm's and
+datasette's:
+
+    SQUIRREL_MCP_PLUGINS unset       every installed plugin loads
+    SQUIRREL_MCP_PLUGINS=""          none does (the built-in lexical ranker always runs)
+    SQUIRREL_MCP_PLUGINS=a,b         only the entry points named a and b
+    SQUIRREL_MCP_TRACE_HOOKS=1       one stderr line per hook call and its result
+
+Tracing names hooks, plugins and the types and sizes of arguments, never their
+values: a query or a memory's text must not reach a log.
+
+`PluginHost` runs the hooks. Each installed plugin gets a background thread for
+`startup`, `memories_changed` and `shutdown`, so a slow plugin neither holds up
+the MCP handshake nor another plugin. A ranker runs under a time bound, and an
+answer that raises, breaks the `Ranking` rules or comes too late is not used:
+that search is lexical, the plugin is set aside for the session, one line says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import importlib.metadata
+import os
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pluggy
+
+from squirrel_mcp import hookspecs
+from squirrel_mcp.config import Config
+from squirrel_mcp.memories import MemoryReader, MemoryStore
+from squirrel_mcp.models import Revision
+from squirrel_mcp.ranking import Candidate, Ranking, RankOptions, check_ranking
+
+ENTRY_POINT_GROUP = "squirrel_mcp"
+PLUGINS_ENV = "SQUIRREL_MCP_PLUGINS"
+TRACE_ENV = "SQUIRREL_MCP_TRACE_HOOKS"
+# Registered always, by these names, whatever SQUIRREL_MCP_PLUGINS says.
+DEFAULT_PLUGINS = {"lexical": "squirrel_mcp.default_plugins.lexical"}
+# A ranker still busy after this long is given up on for the session: the agent waits once, not per search.
+RANK_TIMEOUT = 10.0
+# How long the server waits, at exit, for every plugin's shutdown together.
+SHUTDOWN_TIMEOUT = 5.0
+
+Log = Callable[[str], None]
+
+
+def log_line(message: str) -> None:
+    """One line on stderr, prefixed like every other line the server writes."""
+    print(f"squirrel-mcp: {message}", file=sys.stderr, flush=True)
+
+
+def get_plugin_manager() -> pluggy.PluginManager:
+    """A plugin manager with the hook specs and the default plugins, and nothing installed."""
+    pm = pluggy.PluginManager("squirrel_mcp")
+    pm.add_hookspecs(hookspecs)
+    for name, module in DEFAULT_PLUGINS.items():
+        pm.register(importlib.import_module(module), name=name)
+    return pm
+
+
+def load_plugins(pm: pluggy.PluginManager, env: Mapping[str, str] | None = None, log: Log = log_line) -> None:
+    """Register the installed plugins SQUIRREL_MCP_PLUGINS allows; trace if SQUIRREL_MCP_TRACE_HOOKS=1.
+
+    A plugin that cannot be imported or implements a hook that does not exist is
+    left out with one line on stderr (its name and the error's type only).
+    """
+    env = os.environ if env is None else env
+    listed = env.get(PLUGINS_ENV)
+    wanted = None if listed is None else {name.strip() for name in listed.split(",") if name.strip()}
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if wanted is not None and entry_point.name not in wanted:
+            continue
+        try:
+            plugin = entry_point.load()
+            pm.register(plugin, name=entry_point.name)
+        except Exception as error:
+            log(f"plugin {entry_point.name} was not loaded ({type(error).__name__})")
+            continue
+        try:
+            pm.check_pending()
+        except pluggy.PluginValidationError:
+            pm.unregister(plugin)
+            log(f"plugin {entry_point.name} was not loaded (it implements a hook that does not exist)")
+    for name in sorted((wanted or set()) - {pm.get_name(plugin) for plugin in pm.get_plugins()}):
+        log(f"plugin {name} named in {PLUGINS_ENV} is not loaded")
+    if env.get(TRACE_ENV, "") not in ("", "0"):
+        trace_hooks(pm, log)
+
+
+def shape(value: object) -> str:
+    """A value's type and size, for tracing: never its content."""
+    if isinstance(value, Ranking):
+        return f"Ranking[{len(value.hits)} hits, {value.ranking}]"
+    if isinstance(value, list | tuple | set | frozenset | dict):
+        return f"{type(value).__name__}[{len(value)}]"
+    return type(value).__name__
+
+
+def trace_hooks(pm: pluggy.PluginManager, log: Log = log_line) -> None:
+    """Log each hook call: its name, its arguments' types and sizes, the plugins called, the result's type."""
+
+    def before(hook_name: str, hook_impls: Sequence[pluggy.HookImpl], kwargs: Mapping[str, Any]) -> None:
+        arguments = ", ".join(f"{name}={shape(value)}" for name, value in kwargs.items())
+        plugins = ", ".join(impl.plugin_name for impl in reversed(hook_impls))
+        log(f"hook {hook_name}({arguments}) -> [{plugins}]")
+
+    def after(
+        outcome: pluggy.Result[Any],
+        hook_name: str,
+        hook_impls: Sequence[pluggy.HookImpl],
+        kwargs: Mapping[str, Any],
+    ) -> None:
+        if outcome.exception is not None:
+            log(f"hook {hook_name} raised {type(outcome.exception).__name__}")
+        else:
+            log(f"hook {hook_name} returned {shape(outcome.get_result())}")
+
+    pm.add_hookcall_monitoring(before, after)
+
+
+class _Worker:
+    """One plugin's background thread: runs its start-up, change and shutdown calls in order."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        # A daemon: a plugin stuck in a hook must not keep the process alive after shutdown's bound.
+        self.thread = threading.Thread(target=self._run, name=f"squirrel-mcp-plugin-{name}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            job()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        self._jobs.put(job)
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+
+class PluginHost:
+    """Calls the registered plugins' hooks for the server, isolating it from their failures."""
+
+    def __init__(
+        self, pm: pluggy.PluginManager, log: Log = log_line, rank_timeout: float = RANK_TIMEOUT
+    ) -> None:
+        """Host the plugins registered in `pm`; `log` writes one stderr line."""
+        self.pm = pm
+        self.rank_timeout = rank_timeout
+        self._log = log
+        self._lock = threading.Lock()
+        self._set_aside: set[str] = set()
+        self._started: set[str] = set()
+        self._workers: dict[str, _Worker] = {}
+        self._callers: dict[tuple[str, str], pluggy.HookCaller] = {}
+        self._store: MemoryStore | None = None
+
+    def _installed(self) -> list[tuple[str, object]]:
+        """Every registered plugin but the defaults, by name."""
+        named = [(self.pm.get_name(plugin), plugin) for plugin in self.pm.get_plugins()]
+        return [(name, plugin) for name, plugin in named if name is not None and name not in DEFAULT_PLUGINS]
+
+    def _caller(self, hook: str, name: str) -> pluggy.HookCaller:
+        """A hook caller that reaches one plugin only, so a failure is known to be that plugin's."""
+        key = (hook, name)
+        if key not in self._callers:
+            others = [plugin for plugin in self.pm.get_plugins() if self.pm.get_name(plugin) != name]
+            self._callers[key] = self.pm.subset_hook_caller(hook, remove_plugins=others)
+        return self._callers[key]
+
+    def _fail(self, name: str, hook: str, reason: str) -> None:
+        with self._lock:
+            if name in self._set_aside:
+                return
+            self._set_aside.add(name)
+        self._log(f"plugin {name} failed in {hook} ({reason}); it is set aside for this session")
+
+    def _guarded(self, name: str, hook: str, **kwargs: Any) -> None:
+        """Call one plugin's hook in its worker thread; a failure sets the plugin aside."""
+        if name in self._set_aside:
+            return
+        caller = self._caller(hook, name)
+        try:
+            # Only hooks the plugin implements, so a trace shows real calls.
+            if caller.get_hookimpls():
+                caller(**kwargs)
+        except Exception as error:
+            self._fail(name, hook, type(error).__name__)
+            return
+        if hook == "startup":
+            with self._lock:
+                self._started.add(name)
+
+    def start(self, config: Config, store: MemoryStore) -> None:
+        """Start every installed plugin in its own thread, then tell it of each change to `store`."""
+        # A plugin needs neither the passphrase nor the API key: it reads memories through `memories`.
+        safe = dataclasses.replace(config, passphrase=None, api_key=None)
+        reader = MemoryReader(store)
+        for name, _ in self._installed():
+            worker = self._workers[name] = _Worker(name)
+            worker.submit(
+                functools.partial(self._guarded, name, "startup", config=safe, memories=reader, log=self._log)
+            )
+        self._store = store
+        store.listeners.append(self._changed)
+
+    def _changed(self, revisions: Sequence[Revision]) -> None:
+        changed = list(revisions)
+        for name, worker in self._workers.items():
+            worker.submit(functools.partial(self._guarded, name, "memories_changed", revisions=changed))
+
+    def shutdown(self, timeout: float = SHUTDOWN_TIMEOUT) -> None:
+        """Call every plugin's shutdown hook and wait for them, `timeout` seconds at most in all."""
+        if self._store is not None:
+            self._store.listeners.remove(self._changed)
+            self._store = None
+        for name, worker in self._workers.items():
+            worker.submit(functools.partial(self._guarded, name, "shutdown"))
+            worker.stop()
+        deadline = time.monotonic() + timeout
+        for worker in self._workers.values():
+            worker.thread.join(max(0.0, deadline - time.monotonic()))
+        self._workers.clear()
+
+    def has_rankers(self) -> bool:
+        """Whether a ranker besides the default one may answer (so it needs every candidate)."""
+        return any(
+            impl.plugin_name not in DEFAULT_PLUGINS and impl.plugin_name not in self._set_aside
+            for impl in self.pm.hook.rank_memories.get_hookimpls()
+        )
+
+    def _bounded(self, name: str, kwargs: dict[str, Any]) -> tuple[object, str | None]:
+        """One plugin's rank_memories answer, or why there is none: it raised or was too slow."""
+        outcome: list[tuple[object, str | None]] = []
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                outcome.append((self._caller("rank_memories", name)(**kwargs), None))
+            except Exception as error:
+                outcome.append((None, type(error).__name__))
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name=f"squirrel-mcp-rank-{name}", daemon=True).start()
+        if not done.wait(self.rank_timeout):
+            return None, f"no answer within {self.rank_timeout:g} s"
+        return outcome[0]
+
+    def rank(
+        self,
+        query: str,
+        candidates: Sequence[Candidate],
+        total: int,
+        options: RankOptions,
+        lookup: Callable[[str], Revision | None],
+    ) -> Ranking:
+        """The first usable ranking, in pluggy's call order; the lexical default's when no other is."""
+        kwargs: dict[str, Any] = {
+            "query": query,
+            "candidates": candidates,
+            "total": total,
+            "options": options,
+        }
+        for impl in reversed(self.pm.hook.rank_memories.get_hookimpls()):
+            name = impl.plugin_name
+            if name in DEFAULT_PLUGINS:
+                # The built-in ranker is the server's own code: a failure there is a bug, and crashes loudly.
+                answer = self._caller("rank_memories", name)(**kwargs)
+                assert isinstance(answer, Ranking)
+                return answer
+            if name in self._set_aside or name not in self._started:
+                continue
+            answer, failure = self._bounded(name, kwargs)
+            if failure is None and answer is not None:
+                failure = check_ranking(answer, candidates, options, lookup)
+            if failure is not None:
+                self._fail(name, "rank_memories", failure)
+            elif isinstance(answer, Ranking):
+                return answer
+        raise RuntimeError("the default lexical ranker is not registered")
