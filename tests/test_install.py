@@ -6,12 +6,14 @@ or two; they are what proves the packaging, so they run in every `nox -s tests`.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import venv
 import zipfile
 from email.parser import Parser
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp import Client
@@ -80,3 +82,50 @@ async def test_locked_install_of_both_distributions_gives_a_working_server(tmp_p
     run(bin_dir / "pip", "install", "-q", "--no-deps", ROOT, ROOT / "embeddings_plugin")
     run(bin_dir / "python", "-c", "import squirrel_mcp_embeddings")
     await round_trip(bin_dir, tmp_path)
+
+
+EXAMPLE_RANKER = ROOT / "docs" / "examples" / "squirrel-mcp-reverse-ranker"
+RANKER_TEXTS = ["Grows chillies on the balcony", "Chillies and basil on the balcony", "Dries chillies"]
+
+
+async def search_and_tools(bin_dir: Path, tmp_path: Path, *, save: bool) -> tuple[dict[str, Any], str]:
+    """One search through the venv's own server, and its tool list as JSON."""
+    env = {"SQUIRREL_VAULT": str(tmp_path / "ranked.sqlite3"), "SQUIRREL_PASSPHRASE": PASSPHRASE}
+    async with Client(StdioServerParameters(command=str(bin_dir / "squirrel-mcp"), env=env)) as client:
+        if save:
+            for text in RANKER_TEXTS:
+                await call(client, "save_memory", text=text, category="fact")
+        found = await call(client, "search_memory", query="chillies balcony basil")
+        tools = (await client.list_tools()).model_dump(mode="json")
+    return found, json.dumps(tools, sort_keys=True)
+
+
+@pytest.mark.anyio
+async def test_installing_a_ranker_distribution_is_the_opt_in(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    for source in (ROOT, EXAMPLE_RANKER):
+        run(sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", wheels, source)
+    (base,) = wheels.glob("squirrel_mcp-*.whl")
+    (ranker,) = wheels.glob("squirrel_mcp_reverse_ranker-*.whl")
+    bin_dir = fresh_venv(tmp_path / "venv")
+    run(bin_dir / "pip", "install", "-q", "--require-hashes", "-r", ROOT / "requirements" / "runtime.txt")
+    run(bin_dir / "pip", "install", "-q", "--no-deps", base)
+
+    lexical, base_tools = await search_and_tools(bin_dir, tmp_path, save=True)
+    assert lexical["ranking"] == "lexical" and lexical["total"] == 3
+    assert all(hit["semanticScore"] is None for hit in lexical["results"])
+
+    run(bin_dir / "pip", "install", "-q", "--no-deps", ranker)
+    ranked, ranker_tools = await search_and_tools(bin_dir, tmp_path, save=False)
+    assert ranked["ranking"] == "hybrid" and ranked["total"] == 3
+    # The toy ranker's order: weakest word match first, and its "semantic" score is 1 - lexicalScore.
+    assert [h["id"] for h in ranked["results"]] == [h["id"] for h in reversed(lexical["results"])]
+    assert all(h["semanticScore"] == pytest.approx(1 - h["lexicalScore"]) for h in ranked["results"])
+
+    run(bin_dir / "pip", "uninstall", "-q", "-y", "squirrel-mcp-reverse-ranker")
+    again, again_tools = await search_and_tools(bin_dir, tmp_path, save=False)
+    assert again["ranking"] == "lexical"
+    assert [h["id"] for h in again["results"]] == [h["id"] for h in lexical["results"]]
+    assert all(hit["semanticScore"] is None for hit in again["results"])
+
+    assert ranker_tools == base_tools == again_tools
