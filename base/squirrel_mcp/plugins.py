@@ -161,7 +161,6 @@ class PluginHost:
         self._set_aside: set[str] = set()
         self._started: set[str] = set()
         self._workers: dict[str, _Worker] = {}
-        self._callers: dict[tuple[str, str], pluggy.HookCaller] = {}
         self._store: MemoryStore | None = None
 
     def _installed(self) -> list[tuple[str, object]]:
@@ -171,11 +170,9 @@ class PluginHost:
 
     def _caller(self, hook: str, name: str) -> pluggy.HookCaller:
         """A hook caller that reaches one plugin only, so a failure is known to be that plugin's."""
-        key = (hook, name)
-        if key not in self._callers:
-            others = [plugin for plugin in self.pm.get_plugins() if self.pm.get_name(plugin) != name]
-            self._callers[key] = self.pm.subset_hook_caller(hook, remove_plugins=others)
-        return self._callers[key]
+        # Made afresh each time (it is cheap), so a plugin registered later is never let in.
+        others = [plugin for plugin in self.pm.get_plugins() if self.pm.get_name(plugin) != name]
+        return self.pm.subset_hook_caller(hook, remove_plugins=others)
 
     def _fail(self, name: str, hook: str, reason: str) -> None:
         with self._lock:
