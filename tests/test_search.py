@@ -46,6 +46,11 @@ MEMORIES = [
     "ကော်ဖီကြိုက်တယ်",
     "Ταξίδι στην Αθήνα",
     "मुझे हिन्दी पसंद है",
+    "Allergic to peanuts",
+    "Raspberry jam on toast",
+    "Prints figurines in 3D",
+    "Plays 3ds games",
+    "서울에서 일해요",
 ]
 
 # (rule, query, {memory text: lexicalScore}): exactly these memories match, with these scores.
@@ -58,13 +63,19 @@ CASES: list[tuple[str, str, dict[str, float]]] = [
     ("no stemming (Cyrillic), other form", "тёмную", {MEMORIES[4]: 1.0}),
     ("accents on other scripts count", "темная", {}),
     ("no stemming (Korean particle)", "서울", {MEMORIES[7]: 1.0}),
-    ("Korean by words", "서울에", {MEMORIES[6]: 1.0}),
+    ("Korean by words, three syllables also as a prefix", "서울에", {MEMORIES[6]: 1.0, MEMORIES[24]: 1.0}),
     ("hyphenated word whole, query without hyphen", "pihole", {MEMORIES[8]: 1.0}),
     ("hyphenated word whole, query with hyphen", "Pi-hole", {MEMORIES[8]: 1.0}),
     ("hyphen part counts half", "hole", {MEMORIES[8]: 0.5}),
     ("two-letter word: only a same-spelled hyphen part, at half", "pi", {MEMORIES[8]: 0.5}),
     ("two-letter word is never a prefix", "ho", {}),
-    ("words match whole, never as a prefix", "net", {}),
+    ("three letters match as a prefix", "net", {MEMORIES[8]: 1.0}),
+    ("a prefix holds the word in full", "allerg", {MEMORIES[20]: 1.0}),
+    ("a prefix of a hyphenated word, whole", "pihol", {MEMORIES[8]: 1.0}),
+    ("a prefix of a hyphen part counts half", "hol", {MEMORIES[8]: 0.5}),
+    ("three letters are enough", "ras", {MEMORIES[21]: 1.0}),
+    ("two characters match only whole", "3d", {MEMORIES[22]: 1.0}),
+    ("a prefix, not a piece", "berry", {}),
     ("Chinese by pairs", "东京", {MEMORIES[10]: 1.0}),
     ("one character counts half in a pair", "东", {MEMORIES[10]: 0.5}),
     ("one character alone counts whole", "猫", {MEMORIES[11]: 1.0, MEMORIES[12]: 0.5}),
@@ -185,6 +196,60 @@ def test_one_letter_query_word_matches_only_the_whole_word_or_a_part() -> None:
     assert found == {"Vitamin D every morning": 1.0, "D-day plans": 0.5}
 
 
+def test_which_query_terms_match_as_prefixes() -> None:
+    assert tokens.matches_prefixes("ras") and tokens.matches_prefixes("서울에")
+    assert not tokens.matches_prefixes("3d") and not tokens.matches_prefixes("서울")
+    # Stopwords and pair-script pieces stay exact; a character with its marks counts once.
+    assert not tokens.matches_prefixes("the") and not tokens.matches_prefixes("东京塔")
+    assert tokens.matches_prefixes("हिन्दी") and not tokens.matches_prefixes("हिन")
+    # A prefix is cut between characters, never between a letter and its mark.
+    assert tokens.begins_with("raspberry", "ras") and tokens.begins_with("ras", "ras")
+    assert not tokens.begins_with("हिन्दी", "हिन्द") and not tokens.begins_with("berry", "raspberry")
+
+
+def test_an_exact_match_ranks_above_a_prefix_only_match() -> None:
+    index = SearchIndex([memory("Plays chessboard games", number=1), memory("Plays chess games", number=2)])
+    hits = run(index, "chess").hits
+    assert [hit.memory.text for hit in hits] == ["Plays chess games", "Plays chessboard games"]
+    assert [hit.lexical_score for hit in hits] == [1.0, 1.0]
+    assert hits[0].score > hits[1].score
+
+
+def test_many_words_with_the_same_prefix_add_nothing() -> None:
+    index = SearchIndex(
+        [
+            memory("garden plot plot plot", number=1),
+            memory("garden gardens gardening gardener", number=2),
+            memory("unrelated words only here", number=3),
+        ]
+    )
+    scores = {hit.memory.id: hit.score for hit in run(index, "garden").hits}
+    # Same length, the exact word once each: the longer words beginning with it are not summed.
+    assert scores[f"{1:016x}"] == pytest.approx(scores[f"{2:016x}"])
+    # A memory holding only longer words scores its best one, at PREFIX of its weight.
+    alone = SearchIndex(
+        [memory("gardens plot plot plot", number=1), memory("garden plot plot plot", number=2)]
+    )
+    prefixed, exact = (hit.score for hit in sorted(run(alone, "garden").hits, key=lambda hit: hit.memory.id))
+    assert prefixed == pytest.approx(search.PREFIX * exact)
+
+
+def test_stopwords_match_only_whole() -> None:
+    index = SearchIndex([memory("Reads about theory", number=1), memory("Reads the paper", number=2)])
+    assert {hit.memory.text for hit in run(index, "the").hits} == {"Reads the paper"}
+
+
+def test_the_sorted_vocabulary_follows_every_change() -> None:
+    index = SearchIndex([memory(f"word{n:03d} shared", number=n) for n in range(300)])
+    assert index.expand("word29") == [f"word{n}" for n in range(290, 300)]
+    for n in range(0, 300, 7):
+        index.remove(f"{n:016x}")
+    index.add(memory("word2999 brand new", number=1000))
+    assert index.vocabulary() == sorted(index.postings)
+    assert index.expand("word29") == [f"word{n}" for n in range(290, 300) if n % 7] + ["word2999"]
+    assert index.expand("word2999x") == [] and index.expand("zzz") == []
+
+
 def test_stopwords_are_left_out_of_lexical_score_unless_the_query_is_all_stopwords() -> None:
     index = SearchIndex([memory("The cat sleeps", number=1), memory("Where is the dog", number=2)])
     assert {hit.memory.text: hit.lexical_score for hit in run(index, "the cat").hits} == {
@@ -258,6 +323,7 @@ def test_the_index_follows_adds_corrections_and_removals() -> None:
     index.remove(corrected.id)
     assert run(index, "violin").total == 0 and len(index) == 0
     assert index.postings == {} and index.partial == {} and index.categories == {}
+    assert index.vocabulary() == []
 
 
 def test_a_search_never_tokenizes_the_memories(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -305,7 +371,8 @@ def test_likely_duplicates_share_half_their_content_words() -> None:
 WORDS = [
     "crème", "creme", "Straße", "strasse", "Pi-hole", "pihole", "hole", "pi", "d", "the", "of",
     "тёмная", "тёмную", "서울", "서울에", "东京", "东", "京都", "抹茶", "ข้าว", "αθήνα", "garden",
-    "tomatoes", "e-mail", "mail", "7",
+    "tomatoes", "e-mail", "mail", "7", "gardening", "allerg", "allergic", "서울에서", "hol", "mai",
+    "pih", "thermal", "3d", "3ds",
 ]  # fmt: skip
 texts = st.lists(st.sampled_from(WORDS), min_size=1, max_size=8).map(" ".join)
 memories = st.lists(
@@ -344,12 +411,20 @@ def test_lexical_score_is_a_share_and_one_exactly_when_every_content_word_is_hel
     wanted = tokens.content_words(tokens.query_words(query))
     for hit in run(index, query).hits:
         assert 0 < hit.lexical_score <= 1
-        # Held in full: the memory has the word's full term (a word, a pair, a lone character).
+        # Held in full: the memory has the word's full term (a word, a pair, a lone character),
+        # or, for a word of three characters or more, a full term that begins with it.
         fields = [hit.memory.entity, hit.memory.text, *hit.memory.tags, *hit.memory.keywords]
         full_terms = {term for field in fields for term in tokens.document_terms(field).full}
+
+        def held(query_term: str, full_terms: set[str] = full_terms) -> bool:
+            if query_term in full_terms:
+                return True
+            return tokens.matches_prefixes(query_term) and any(
+                tokens.begins_with(term, query_term) for term in full_terms
+            )
+
         every_word_held = all(
-            word.term in full_terms or (word.parts and all(part in full_terms for part in word.parts))
-            for word in wanted
+            held(word.term) or (word.parts and all(held(part) for part in word.parts)) for word in wanted
         )
         assert (hit.lexical_score == 1) == every_word_held
 
@@ -379,6 +454,7 @@ def test_incremental_updates_equal_a_fresh_index(
     entries: list[tuple[str, str, int]], removed: list[int], query: str
 ) -> None:
     index = build(entries)
+    index.vocabulary()  # sorted now, so the removals below are taken out one by one
     gone = {f"{n:016x}" for n in removed}
     for memory_id in gone:
         index.remove(memory_id)
@@ -391,6 +467,7 @@ def test_incremental_updates_equal_a_fresh_index(
         term: set(posting) for term, posting in fresh.postings.items()
     }
     assert index.partial == fresh.partial
+    assert index.vocabulary() == sorted(index.postings) and fresh.vocabulary() == sorted(fresh.postings)
     # Ties may fall either way by a last digit, so compare scores by memory.
     got = {hit.memory.id: hit.score for hit in run(index, query).hits}
     want = {hit.memory.id: hit.score for hit in run(fresh, query).hits}

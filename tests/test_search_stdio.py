@@ -40,3 +40,20 @@ async def test_the_server_index_follows_corrections_deletes_and_filters(client: 
     assert (await call(client, "search_memory", query="adguard"))["total"] == 1
     await call(client, "delete_memory", id=saved["id"])
     assert (await call(client, "search_memory", query="adguard"))["total"] == 0
+
+
+async def test_prefixes_through_the_server(client: Client) -> None:
+    allergic = (await call(client, "save_memory", text="Allergic to peanuts"))["memory"]
+    await call(client, "save_memory", text="Allergics anonymous meeting")
+    await call(client, "save_memory", text="Prints figurines in 3ds format")
+    found = await call(client, "search_memory", query="allergic")
+    # The word spelled out ranks above a longer word beginning with it; both hold it in full.
+    assert [hit["text"] for hit in found["results"]] == ["Allergic to peanuts", "Allergics anonymous meeting"]
+    assert [hit["lexicalScore"] for hit in found["results"]] == [1.0, 1.0]
+    assert (await call(client, "search_memory", query="allerg"))["total"] == 2
+    assert (await call(client, "search_memory", query="3d"))["total"] == 0
+    assert (await call(client, "search_memory", query="3ds"))["total"] == 1
+    # The server's vocabulary follows a correction: the old word's prefix no longer finds it.
+    await call(client, "update_memory", id=allergic["id"], text="Intolerant to peanuts", reason="milder")
+    assert (await call(client, "search_memory", query="allerg"))["total"] == 1
+    assert (await call(client, "search_memory", query="intol"))["total"] == 1

@@ -19,17 +19,26 @@ up weights. Two choices make that possible:
 - The recency decay is split in two: the part from the memory's date to the index's
   epoch is folded into its weights; the part from the epoch to now is the same for
   every memory of a category and is applied per search.
+
+A query word of three or more characters also finds the terms that begin with it
+(`squirrel_mcp.text.tokens`). The index keeps its terms in a sorted list, the
+vocabulary, so the terms beginning with a word are one bisection and a short walk
+away (`expand`), never a scan of every term. The list is brought up to date at the
+first search after a change: the terms that appeared or vanished since are put in
+or taken out one by one by bisection, or, after many changes (a vault unlocked,
+another process's batch of writes), the list is sorted again from scratch.
 """
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from dataclasses import dataclass
 
 from squirrel_mcp.models import HALF_LIFE_DAYS, Revision, parse_iso
 from squirrel_mcp.text.stopwords import STOPWORDS
-from squirrel_mcp.text.tokens import document_terms
+from squirrel_mcp.text.tokens import begins_with, document_terms
 
 # The entity, tags and keywords are labels chosen so the memory is found again;
 # a word there says more about what the memory is about than the same word said
@@ -45,6 +54,8 @@ BM25_B = 0.75
 # BM25's avgdl, fixed: a memory is a sentence or two; with the entity and labels
 # counted twice that is about 30 weighted words.
 TYPICAL_LENGTH = 30.0
+# Past this many changed terms, sorting the vocabulary again beats bisecting each in.
+RESORT_CHANGES = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +84,9 @@ def halvings(category: str, seconds: float) -> float:
 class SearchIndex:
     """Term -> memory id -> BM25 weight times decay to the epoch, for every live memory's latest revision.
 
-    Hold `lock` while reading `postings`, `partial`, `entries` and `categories`:
-    tools run in worker threads, and a save may update the index during a search.
+    Hold `lock` while reading `postings`, `partial`, `entries` and `categories`, or
+    calling `expand`: tools run in worker threads, and a save may update the index
+    during a search.
     """
 
     def __init__(self, memories: list[Revision] | None = None) -> None:
@@ -88,6 +100,10 @@ class SearchIndex:
         self.entries: dict[str, Entry] = {}
         # Apart from `entries` because a search reads it for every match.
         self.categories: dict[str, str] = {}
+        # Every key of `postings`, sorted, as of the last `expand`; `changed` holds the
+        # terms that were added to or dropped from `postings` since.
+        self._vocabulary: list[str] = []
+        self._changed: set[str] = set()
         for memory in memories or []:
             self.add(memory)
 
@@ -128,13 +144,9 @@ class SearchIndex:
             self.remove(memory.id)
             for term, frequency in full.items():
                 tf = frequency + half.pop(term, 0.0)
-                self.postings.setdefault(term, {})[memory.id] = (
-                    recency * tf * (BM25_K1 + 1) / (tf + denominator)
-                )
+                self._posting(term)[memory.id] = recency * tf * (BM25_K1 + 1) / (tf + denominator)
             for term, tf in half.items():
-                self.postings.setdefault(term, {})[memory.id] = (
-                    recency * tf * (BM25_K1 + 1) / (tf + denominator)
-                )
+                self._posting(term)[memory.id] = recency * tf * (BM25_K1 + 1) / (tf + denominator)
                 self.partial.setdefault(term, set()).add(memory.id)
             self.entries[memory.id] = entry
             self.categories[memory.id] = memory.category
@@ -151,11 +163,50 @@ class SearchIndex:
                 del posting[memory_id]
                 if not posting:
                     del self.postings[term]
+                    self._changed.add(term)
                 partial = self.partial.get(term)
                 if partial is not None:
                     partial.discard(memory_id)
                     if not partial:
                         del self.partial[term]
+
+    def _posting(self, term: str) -> dict[str, float]:
+        """The posting of `term`, made (and the term noted for the vocabulary) if it is new."""
+        posting = self.postings.get(term)
+        if posting is None:
+            posting = self.postings[term] = {}
+            self._changed.add(term)
+        return posting
+
+    def vocabulary(self) -> list[str]:
+        """Every term in the index, sorted: brought up to date with the changes since the last call."""
+        with self.lock:
+            changed = self._changed
+            vocabulary = self._vocabulary
+            if len(changed) > RESORT_CHANGES:
+                self._vocabulary = sorted(self.postings)
+            else:
+                for term in changed:
+                    position = bisect.bisect_left(vocabulary, term)
+                    listed = position < len(vocabulary) and vocabulary[position] == term
+                    if term in self.postings and not listed:
+                        vocabulary.insert(position, term)
+                    elif listed and term not in self.postings:
+                        del vocabulary[position]
+            changed.clear()
+            return self._vocabulary
+
+    def expand(self, prefix: str) -> list[str]:
+        """The terms in the index that are `prefix` or begin with it (`tokens.begins_with`)."""
+        with self.lock:
+            vocabulary = self.vocabulary()
+            position = bisect.bisect_left(vocabulary, prefix)
+            found = []
+            while position < len(vocabulary) and vocabulary[position].startswith(prefix):
+                if begins_with(vocabulary[position], prefix):
+                    found.append(vocabulary[position])
+                position += 1
+            return found
 
     def recency_since_epoch(self, category: str, now: float) -> float:
         """The decay from the epoch to `now` (epoch seconds): what a search multiplies by."""

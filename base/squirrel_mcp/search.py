@@ -4,6 +4,15 @@ This is the base package's ranking. It runs locally, over the in-memory index of
 the vault, because storage only ever holds ciphertext. How terms are made is in
 `squirrel_mcp.text.tokens`; how fields are weighted, in `squirrel_mcp.index`;
 the user's account of it all, in docs/search.md.
+
+A query word of three or more characters also finds the memory terms that begin
+with it (`tokens.matches_prefixes`). For lexicalScore such a match holds the word
+like a same-spelled one: in full, or at half for a hyphen part. For BM25, a query
+word's weight in a memory is the best of the weights of the terms it matches there,
+never their sum, so a memory gains nothing by holding many words that begin alike;
+its idf counts the memories holding the word in any of those forms; and a term that
+only begins with the word counts PREFIX of its weight, so an exact match always
+scores at least as high as a prefix-only match on an otherwise identical memory.
 """
 
 from __future__ import annotations
@@ -16,7 +25,19 @@ from datetime import datetime
 
 from squirrel_mcp.index import HALF, SECONDS_PER_DAY, SearchIndex, halvings
 from squirrel_mcp.models import HALF_LIFE_DAYS, Revision
-from squirrel_mcp.text.tokens import QueryWord, content_words, has_letter_or_digit, query_words
+from squirrel_mcp.text.tokens import (
+    QueryWord,
+    content_words,
+    has_letter_or_digit,
+    matches_prefixes,
+    query_words,
+)
+
+# A memory term that only begins with a query word ("allergic" for "allerg") counts this
+# share of its BM25 weight: it may be another word ("raspberry" for "ras"), so it says
+# less than the word itself, and the word spelled out ranks first among equals. A half,
+# like the spec's other partial matches (hyphen parts, characters inside pairs).
+PREFIX = 0.5
 
 NO_WORDS_NOTE = (
     "This query has no letter or digit in any script, so it cannot be searched by words. "
@@ -47,15 +68,33 @@ class Outcome:
     note: str | None = None
 
 
-def _held(index: SearchIndex, word: QueryWord, memory_id: str) -> float:
-    """How fully a memory holds one query word, 0 to 1."""
-    level = index.level(word.term, memory_id)
+def _expansions(index: SearchIndex, term: str) -> list[str]:
+    """The index's terms a query term matches: itself, and the longer ones beginning with it if it may."""
+    if matches_prefixes(term):
+        return index.expand(term)
+    return [term] if term in index.postings else []
+
+
+def _level(index: SearchIndex, terms: list[str], memory_id: str) -> float:
+    """How fully a memory holds any of `terms` (one query term's matches): 1, HALF or 0."""
+    best = 0.0
+    for term in terms:
+        level = index.level(term, memory_id)
+        if level == 1.0:
+            return level
+        best = max(best, level)
+    return best
+
+
+def _held(index: SearchIndex, word: QueryWord, matches: dict[str, list[str]], memory_id: str) -> float:
+    """How fully a memory holds one query word, 0 to 1; `matches` maps each query term to its matches."""
+    level = _level(index, matches[word.term], memory_id)
     if level == 1.0 or not word.parts:
         return level
     # A hyphenated query word missing whole still counts half for each part held
     # (a quarter for a part held only at half). It is held in full only when every
     # part is, as words of their own ("pi hole"), so lexicalScore 1 keeps its meaning.
-    parts = [index.level(part, memory_id) for part in word.parts]
+    parts = [_level(index, matches[part], memory_id) for part in word.parts]
     cap = 1.0 if min(parts) == 1.0 else HALF
     return max(level, min(cap, HALF * sum(parts)))
 
@@ -71,7 +110,8 @@ def search(
     """Rank the indexed memories by BM25 over their words times their recency decay.
 
     A memory matches when it holds at least one of the query's content words, whole
-    or in part (stopwords alone do not make a match). `keep` filters memories
+    or in part, or a word beginning with one of three or more characters (stopwords
+    alone do not make a match). `keep` filters memories
     (category, tags); `limit` caps the hits returned, while `total` counts every match.
     """
     if not has_letter_or_digit(query):
@@ -84,7 +124,10 @@ def search(
     weights.update(dict.fromkeys([word.term for word in words], 1.0))
     with index.lock:
         postings = index.postings
-        matched: set[str] = set().union(*(postings[term] for term in wanted_terms if term in postings))
+        matches = {term: _expansions(index, term) for term in weights}
+        matched: set[str] = set().union(
+            *(postings[match] for term in wanted_terms for match in matches[term])
+        )
         if keep is not None:
             matched = {memory_id for memory_id in matched if keep(index.entries[memory_id].memory)}
         if not matched:
@@ -92,9 +135,11 @@ def search(
         scores = dict.fromkeys(matched, 0.0)
         count = len(index)
         for term, weight in weights.items():
-            posting = postings.get(term)
-            if posting is None:
+            found = matches[term]
+            if not found:
                 continue
+            posting = postings[term] if found == [term] else _best_of(postings, term, found)
+            # The memories holding the word in any form it matches.
             frequency = len(posting)
             # BM25's inverse document frequency; the rest of its formula is in the posting.
             gain = weight * math.log(1 + (count - frequency + 0.5) / (frequency + 0.5))
@@ -120,12 +165,28 @@ def search(
             Hit(
                 index.entries[memory_id].memory,
                 scores[memory_id],
-                sum(_held(index, word, memory_id) for word in wanted) / len(wanted),
+                sum(_held(index, word, matches, memory_id) for word in wanted) / len(wanted),
             )
             for memory_id in chosen
         ]
     hits.sort(key=lambda hit: (-hit.score, -hit.lexical_score, hit.memory.id))
     return Outcome(hits[:limit], total)
+
+
+def _best_of(postings: dict[str, dict[str, float]], term: str, found: list[str]) -> dict[str, float]:
+    """One posting for a query term: each memory's best weight over the terms it matches there.
+
+    The term itself counts in full, a term that only begins with it PREFIX of its weight.
+    """
+    # `found` is sorted, so the term itself, when the index holds it, comes first.
+    exact = found[0] == term
+    best = dict(postings[term]) if exact else {}
+    for match in found[1:] if exact else found:
+        for memory_id, impact in postings[match].items():
+            weight = PREFIX * impact
+            if weight > best.get(memory_id, 0.0):
+                best[memory_id] = weight
+    return best
 
 
 def likely_duplicates(index: SearchIndex, new: Revision, limit: int = 3) -> list[Hit]:

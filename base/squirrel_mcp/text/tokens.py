@@ -5,7 +5,8 @@ The rules are the spec's ("How search ranks"):
 - Case and accents on Latin letters are folded (crème -> creme, Straße -> strasse);
   accents on letters of other scripts are kept, so тёмная and темная differ.
 - A word is a run of letters, digits and combining marks in any script. There is
-  no stemming: тёмная does not find тёмную, 서울 does not find 서울에.
+  no stemming: тёмная does not find тёмную, 서울 does not find 서울에 (see below
+  for prefixes).
 - Chinese, Japanese, Thai, Lao, Khmer and Myanmar are written without spaces, so
   a run of them is cut into overlapping pairs of characters (a character with its
   combining marks). Each pair is a full term; each character inside a pair is a
@@ -13,10 +14,19 @@ The rules are the spec's ("How search ranks"):
 - A hyphenated word is one full term spelled without its hyphens (Pi-hole and
   pihole are the same term) and each of its parts is a half term.
 
-Every term is a whole unit: a query word matches a memory's word only when they
-are spelled the same after folding, never as a prefix or a piece. That is why a
-one- or two-letter query word such as "pi" finds only the word "pi" or the part
-"pi" of "Pi-hole" (at half), never "pipe".
+A query word of three or more characters (a character with its combining marks
+counting as one) also matches as a prefix: it finds a memory's full term spelled
+the same or beginning with it ("allerg" finds "allergic", "pihol" finds "pihole",
+서울에 finds 서울에서), and a hyphen part spelled the same or beginning with it, at
+half ("hol" finds the "hole" of "Pi-hole"). A query word of one or two characters
+matches only a term spelled the same: "pi" finds the word "pi" or the part "pi" of
+"Pi-hole" (at half), never "pipe"; 서울 does not find 서울에; "3d" does not find
+"3ds". The parts of a hyphenated query word follow the same rule. Two kinds of
+query term stay exact whatever their length (`matches_prefixes`): the pairs and
+lone characters of pair-script text (they are pieces of a word, not words), and
+stopwords (they only help to order hits, and
+"the" should not find "theory"). Other forms of a word that are not longer
+spellings of it are never matched: тёмная does not find тёмную.
 """
 
 from __future__ import annotations
@@ -80,6 +90,10 @@ _HYPHENS = "-\u2010\u2011"
 _CHUNK = re.compile(rf"{_WORD_CHAR}+(?:[{_HYPHENS}]{_WORD_CHAR}+)*")
 _PAIR_RUN = re.compile(rf"[{_char_class(list(_PAIR_RANGES))}]+")
 _HYPHEN_SPLIT = re.compile(f"[{_HYPHENS}]")
+_MARK = re.compile(f"[{_MARKS}]")
+# A query word this many characters long or longer also matches as a prefix (the spec's
+# short-word rule: one or two letters match only whole).
+PREFIX_LENGTH = 3
 _LETTER_OR_DIGIT = re.compile(r"[^\W_]")
 # A character and the combining marks after it: what a reader counts as one character.
 _CLUSTER = re.compile(rf"[^{_MARKS}][{_MARKS}]*")
@@ -127,6 +141,25 @@ def _pairs(run: str) -> tuple[list[str], list[str]]:
     # A character in the middle of a run sits in two pairs, so it is listed twice.
     halves = [c for pair in itertools.pairwise(chars) for c in pair]
     return pairs, halves
+
+
+def matches_prefixes(term: str) -> bool:
+    """Whether a query term also finds the memory terms that begin with it.
+
+    True for a word of PREFIX_LENGTH characters or more (a character with its
+    combining marks counts once) that is not a stopword and holds no pair-script
+    character (pairs and lone characters are pieces, matched exactly).
+    """
+    if term in STOPWORDS:
+        return False
+    if term.isascii():
+        return len(term) >= PREFIX_LENGTH
+    return len(_MARK.sub("", term)) >= PREFIX_LENGTH and _PAIR_RUN.search(term) is None
+
+
+def begins_with(term: str, prefix: str) -> bool:
+    """Whether `term` is `prefix` or begins with it, cut between characters, never before a combining mark."""
+    return term.startswith(prefix) and (len(term) == len(prefix) or _MARK.match(term, len(prefix)) is None)
 
 
 @dataclass(frozen=True)
