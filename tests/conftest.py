@@ -30,6 +30,8 @@ def vault_env(tmp_path: Path) -> dict[str, str]:
         "HOME": str(tmp_path / "home"),
         "XDG_DATA_HOME": str(tmp_path / "xdg-data"),
         "XDG_CACHE_HOME": str(tmp_path / "xdg-cache"),
+        # Installed plugins never leak into tests: a test that wants one names it.
+        "SQUIRREL_MCP_PLUGINS": "",
     }
 
 

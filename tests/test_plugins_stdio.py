@@ -67,7 +67,7 @@ def plugin_env(tmp_path: Path, vault_env: dict[str, str]) -> dict[str, str]:
     where = tmp_path / "site"
     where.mkdir()
     fake_distribution(where, "faulty", "faulty_ranker", FAULTY_SOURCE)
-    return {**vault_env, "PYTHONPATH": str(where)}
+    return {**vault_env, "PYTHONPATH": str(where), "SQUIRREL_MCP_PLUGINS": "faulty"}
 
 
 async def session(

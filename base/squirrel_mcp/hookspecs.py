@@ -23,7 +23,9 @@ hookimpl = pluggy.HookimplMarker("squirrel_mcp")
 
 
 @hookspec
-def startup(config: Config, memories: MemoryReader, log: Callable[[str], None]) -> None:
+def startup(
+    config: Config, memories: MemoryReader, log: Callable[[str], None], notice: Callable[[str], None]
+) -> None:
     """Called once when the server starts, in the plugin's own background thread.
 
     Exists so a plugin can load what it needs (a model, a vector file) without
@@ -31,9 +33,13 @@ def startup(config: Config, memories: MemoryReader, log: Callable[[str], None]) 
     calls no other hook of this plugin's until `startup` returns.
 
     - `config`: the server's settings, with the passphrase and API key removed.
-    - `memories`: read-only access to the decrypted memories (`current()`, `get(id)`).
+    - `memories`: read-only access to the decrypted memories (`current()`, `get(id)`,
+      `account_id`, `derive_key(purpose)`: a key of the plugin's own, never the data key).
     - `log`: writes one line to stderr prefixed "squirrel-mcp: ". Only the lines
       the design allows (docs/plugins.md); never memory text, a query or a key.
+    - `notice`: writes one line to stderr exactly as given, for the lines the spec
+      spells out word for word ("memory: local embeddings ready"). Same rules as `log`.
+      A plugin may keep `log` and `notice` and call them later (from a search).
 
     The return value is ignored (return None). Raising sets the plugin aside for
     the session, with one line on stderr.
@@ -44,13 +50,15 @@ def startup(config: Config, memories: MemoryReader, log: Callable[[str], None]) 
 def rank_memories(
     query: str, candidates: Sequence[Candidate], total: int, options: RankOptions
 ) -> Ranking | None:
-    """Called on every search_memory with a query that has words; ranks its hits.
+    """Called on every search_memory; ranks its hits.
 
     Exists so a plugin can replace word ranking (e.g. fuse it with meaning). Stops at
     the first non-None result; the built-in lexical ranker runs last, so returning
     None leaves the search to it (e.g. while a model is still loading).
 
-    - `query`: the agent's query, as typed.
+    - `query`: the agent's query, as typed. One with no letter or digit in any
+      script comes with no candidates; the server adds its note to the answer
+      (that the hits were found by meaning alone if the ranking is "hybrid").
     - `candidates`: the memories matching by words and passing the filters, best
       lexical first. Every match when a ranker besides lexical is installed; with
       lexical alone, only the top `options.limit`.

@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from Crypto.Hash import SHA256
+from Crypto.Protocol.KDF import HKDF
 from pydantic import ValidationError
 
 from squirrel_mcp import crypto
@@ -340,6 +342,21 @@ class MemoryReader:
     def account_id(self) -> str:
         """The vault account's id (to name per-account files)."""
         return self._store.account_id
+
+    def derive_key(self, purpose: str) -> bytes:
+        """A 256-bit key of the plugin's own, HKDF-SHA256 of the data key under a `purpose` label.
+
+        A plugin that keeps private data on disk (vectors) encrypts it under this key;
+        the data key itself never leaves the store. Each purpose gets an independent
+        key, so one plugin's file cannot be opened with another's.
+        """
+        if not purpose:
+            raise ValueError("a key needs a purpose label")
+        derived = HKDF(
+            self._store._key, crypto.KEY_BYTES, b"", SHA256, context=f"squirrel-mcp/v1/{purpose}".encode()
+        )
+        assert isinstance(derived, bytes)
+        return derived
 
     def current(self) -> list[Revision]:
         """The latest readable revision of every live memory, newest change first."""

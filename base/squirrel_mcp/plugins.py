@@ -58,6 +58,11 @@ def log_line(message: str) -> None:
     print(f"squirrel-mcp: {message}", file=sys.stderr, flush=True)
 
 
+def notice_line(message: str) -> None:
+    """One line on stderr exactly as given: for the lines the spec spells out ("memory: ...")."""
+    print(message, file=sys.stderr, flush=True)
+
+
 def get_plugin_manager() -> pluggy.PluginManager:
     """A plugin manager with the hook specs and the default plugins, and nothing installed."""
     pm = pluggy.PluginManager("squirrel_mcp")
@@ -151,12 +156,17 @@ class PluginHost:
     """Calls the registered plugins' hooks for the server, isolating it from their failures."""
 
     def __init__(
-        self, pm: pluggy.PluginManager, log: Log = log_line, rank_timeout: float = RANK_TIMEOUT
+        self,
+        pm: pluggy.PluginManager,
+        log: Log = log_line,
+        rank_timeout: float = RANK_TIMEOUT,
+        notice: Log = notice_line,
     ) -> None:
-        """Host the plugins registered in `pm`; `log` writes one stderr line."""
+        """Host the plugins registered in `pm`; `log` writes one prefixed stderr line, `notice` one as is."""
         self.pm = pm
         self.rank_timeout = rank_timeout
         self._log = log
+        self._notice = notice
         self._lock = threading.Lock()
         self._set_aside: set[str] = set()
         self._started: set[str] = set()
@@ -205,7 +215,15 @@ class PluginHost:
         for name, _ in self._installed():
             worker = self._workers[name] = _Worker(name)
             worker.submit(
-                functools.partial(self._guarded, name, "startup", config=safe, memories=reader, log=self._log)
+                functools.partial(
+                    self._guarded,
+                    name,
+                    "startup",
+                    config=safe,
+                    memories=reader,
+                    log=self._log,
+                    notice=self._notice,
+                )
             )
         self._store = store
         store.listeners.append(self._changed)

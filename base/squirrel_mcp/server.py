@@ -42,6 +42,11 @@ with a clear entity, tags and keywords so they are found again. When a memory is
 or outdated, correct it with update_memory instead of saving a second one."""
 
 MAX_SEARCH_LIMIT = 50
+# The note on a query with no letter or digit when a semantic ranker ranked it anyway.
+MEANING_ONLY_NOTE = (
+    "This query has no letter or digit in any script, so no word of it could match: "
+    "these results were found only by meaning."
+)
 MAX_LIST_LIMIT = 100
 
 
@@ -299,7 +304,7 @@ def create_server(store: MemoryStore, plugins: PluginHost | None = None) -> MCPS
         # Another ranker may rank any word match, so it gets all of them; lexical needs the top `limit`.
         everything = host.has_rankers()
         outcome = search.search(store.index, query, now, limit=None if everything else limit, keep=accepts)
-        if outcome.note is not None:
+        if outcome.note is not None and not everything:
             return SearchResult(results=[], total=0, ranking="lexical", note=outcome.note)
         candidates = [Candidate(hit.memory, hit.score, hit.lexical_score) for hit in outcome.hits]
         options = RankOptions(
@@ -319,7 +324,11 @@ def create_server(store: MemoryStore, plugins: PluginHost | None = None) -> MCPS
             # check_ranking made sure of it; a memory deleted since then is simply left out.
             if memory is not None:
                 views.append(_hit_view(memory, hit))
-        return SearchResult(results=views, total=ranked.total, ranking=ranked.ranking, note=None)
+        note = outcome.note
+        if note is not None and ranked.ranking == "hybrid":
+            # The spec: the note says the query cannot be searched, unless the semantic ranking ran.
+            note = MEANING_ONLY_NOTE
+        return SearchResult(results=views, total=ranked.total, ranking=ranked.ranking, note=note)
 
     @server.tool()
     def save_memory(
