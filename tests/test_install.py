@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import venv
 import zipfile
 from email.parser import Parser
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
@@ -56,14 +58,23 @@ def fresh_venv(path: Path) -> Path:
     return path / "bin"
 
 
-async def round_trip(bin_dir: Path, tmp_path: Path) -> None:
-    """The venv's own squirrel-mcp script, over stdio: save, then find it."""
-    env = {"SQUIRREL_VAULT": str(tmp_path / "vault.sqlite3"), "SQUIRREL_PASSPHRASE": PASSPHRASE}
+async def round_trip(bin_dir: Path, tmp_path: Path, ranking: str = "lexical") -> None:
+    """The venv's own squirrel-mcp script, over stdio: save, then find it, ranked as expected."""
+    env = {
+        "SQUIRREL_VAULT": str(tmp_path / "vault.sqlite3"),
+        "SQUIRREL_PASSPHRASE": PASSPHRASE,
+        "SQUIRREL_MEMORY_CACHE_DIR": str(tmp_path / "cache"),
+    }
     async with Client(StdioServerParameters(command=str(bin_dir / "squirrel-mcp"), env=env)) as client:
         await call(client, "save_memory", text="Installed from a fresh environment")
         found = await call(client, "search_memory", query="fresh environment")
+        # The model loads in the background: searches are lexical until it is ready.
+        deadline = time.monotonic() + 60
+        while found["ranking"] != ranking and time.monotonic() < deadline:
+            await anyio.sleep(0.2)
+            found = await call(client, "search_memory", query="fresh environment")
         assert found["total"] == 1
-        assert found["ranking"] == "lexical"
+        assert found["ranking"] == ranking
 
 
 @pytest.mark.anyio
@@ -81,7 +92,7 @@ async def test_locked_install_of_both_distributions_gives_a_working_server(tmp_p
     run(bin_dir / "pip", "install", "-q", "--require-hashes", "-r", ROOT / "requirements" / "runtime.txt")
     run(bin_dir / "pip", "install", "-q", "--no-deps", ROOT, ROOT / "embeddings_plugin")
     run(bin_dir / "python", "-c", "import squirrel_mcp_embeddings")
-    await round_trip(bin_dir, tmp_path)
+    await round_trip(bin_dir, tmp_path, ranking="hybrid")
 
 
 EXAMPLE_RANKER = ROOT / "docs" / "examples" / "squirrel-mcp-reverse-ranker"

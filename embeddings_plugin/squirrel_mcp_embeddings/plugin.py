@@ -1,0 +1,345 @@
+"""The squirrel-mcp plugin: loads the model at start-up, keeps the vectors, ranks by words and meaning.
+
+Registered as the entry point `embeddings` of the group `squirrel_mcp`. Its hooks:
+
+- `startup` (in the plugin's background thread): unless SQUIRREL_MEMORY_EMBEDDINGS=0,
+  checks and starts the model, opens the account's vector file, and writes the one
+  start-up line of DESIGN.md §8. Until it returns, search is lexical.
+- `memories_changed`: a memory whose revision moved loses its vector (it is embedded
+  again by the next search); a deleted one is forgotten.
+- `rank_memories`: embeds the query, spends at most WARM_UP_SECONDS embedding
+  memories that have no current vector, then ranks with `fusion.fuse`. A runtime
+  failure answers None (lexical), says so once, and the session stays lexical.
+- `shutdown`: writes the vector file if it changed.
+
+Lines written, each at most once: the start-up line, RUNTIME_FAILED, UNWRITABLE,
+REBUILT. None holds memory text, a query, a key or a vector.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from squirrel_mcp.hookspecs import hookimpl
+from squirrel_mcp.memories import MemoryReader
+from squirrel_mcp.models import Revision, parse_iso
+from squirrel_mcp.ranking import Candidate, RankedHit, Ranking, RankOptions
+from squirrel_mcp.search import decay
+from squirrel_mcp_embeddings import fusion, vectors
+from squirrel_mcp_embeddings.integrity import MANIFEST_NAME, PACKAGED_MODEL_DIR, ModelNotLoaded, status_line
+
+ENABLED_VARIABLE = "SQUIRREL_MEMORY_EMBEDDINGS"
+# Bumped whenever `recipe` changes: the vector file records it, so every memory is embedded again.
+RECIPE_VERSION = 1
+# The spec's warm-up bound: a search spends at most this long embedding memories without a vector.
+WARM_UP_SECONDS = 8.0
+WARM_UP_BATCH = 32
+SECONDS_PER_DAY = 86_400.0
+
+OFF = "memory: local embeddings are turned off (SQUIRREL_MEMORY_EMBEDDINGS=0); memory search is lexical only"
+RUNTIME_FAILED = (
+    "memory: local embeddings failed (runtime); memory search is lexical for the rest of this session"
+)
+UNWRITABLE = "memory: the vector file could not be written; vectors are kept in memory for this session"
+REBUILT = "memory: the vector file could not be read (integrity); it is discarded and rebuilt"
+
+Notice = Callable[[str], None]
+
+
+class Embeds(Protocol):
+    """What ranking needs of a model: embedder.Embedder, or a stand-in in tests."""
+
+    def embed(self, texts: Sequence[str]) -> vectors.Matrix:
+        """One L2-normalised float32 row per text."""
+        ...
+
+
+def recipe(memory: Revision) -> str:
+    """The text a memory is embedded from: `entity: text (tags, keywords)`.
+
+    The parenthesis is left out when the memory has neither tags nor keywords.
+    """
+    extras = ", ".join([*memory.tags, *memory.keywords])
+    text = f"{memory.entity}: {memory.text}" if memory.entity else memory.text
+    return f"{text} ({extras})" if extras else text
+
+
+def manifest_sha256(path: Path = PACKAGED_MODEL_DIR / MANIFEST_NAME) -> str:
+    """The SHA-256 of the packaged manifest: a new manifest means new vectors."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def age_days(memory: Revision, now: datetime) -> float:
+    """Days since the memory last changed, as the lexical decay counts them (never negative)."""
+    return max(0.0, (now - parse_iso(memory.updatedAt)).total_seconds() / SECONDS_PER_DAY)
+
+
+class Hybrid:
+    """The vectors of one account and the fused ranker over them; thread-safe."""
+
+    def __init__(
+        self,
+        embedder: Embeds,
+        memories: MemoryReader,
+        notice: Notice,
+        *,
+        stamp: vectors.Stamp,
+        floor: float,
+        span: float,
+        path: Path,
+        warm_up: float = WARM_UP_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Open `memories`' vector file at `path` (or start empty); writes REBUILT if it is unusable."""
+        self._embedder = embedder
+        self._memories = memories
+        self._notice = notice
+        self._stamp = stamp
+        self.floor, self.span = floor, span
+        self.path = path
+        self.warm_up = warm_up
+        self._clock = clock
+        self._key = memories.derive_key(vectors.KEY_PURPOSE)
+        self._lock = threading.Lock()
+        self.failed = False
+        self._writable = True
+        self._dirty = False
+        # How many memories each search embedded: tests and benchmarks read it.
+        self.embedded = 0
+        self.live: dict[str, Revision] = {memory.id: memory for memory in memories.current()}
+        try:
+            table = vectors.load(path, self._key, memories.account_id, stamp)
+        except vectors.VectorFileError:
+            notice(REBUILT)
+            table = None
+            self._dirty = True
+        self.table = table if table is not None else vectors.VectorTable(stamp.dimensions)
+        for memory_id, revision in list(zip(self.table.ids, self.table.revisions, strict=True)):
+            memory = self.live.get(memory_id)
+            if memory is None or memory.revision != revision:
+                self.table.remove(memory_id)
+                self._dirty = True
+        # Memories without a current vector, in the order they will be embedded.
+        self.pending: dict[str, None] = dict.fromkeys(
+            memory_id for memory_id in self.live if memory_id not in self.table
+        )
+
+    # Keeping current ----------------------------------------------------------
+
+    def _learn(self, memory: Revision) -> None:
+        """Record a memory's latest revision; its vector goes when the revision moved. Under the lock."""
+        known = self.live.get(memory.id)
+        if known is not None and known.revision > memory.revision:
+            return
+        if memory.deleted:
+            self.live.pop(memory.id, None)
+            self.pending.pop(memory.id, None)
+        else:
+            self.live[memory.id] = memory
+            if self.table.revision(memory.id) != memory.revision:
+                self.pending[memory.id] = None
+        if memory.id in self.table and self.table.revision(memory.id) != memory.revision:
+            self.table.remove(memory.id)
+            self._dirty = True
+
+    def changed(self, revisions: Sequence[Revision]) -> None:
+        """memories_changed: forget the vectors of memories that changed or went."""
+        with self._lock:
+            for memory in revisions:
+                self._learn(memory)
+
+    def _warm(self, first: Sequence[str]) -> None:
+        """Embed memories without a current vector, `first` first, for at most `warm_up` seconds."""
+        deadline = self._clock() + self.warm_up
+        order = list(dict.fromkeys([memory_id for memory_id in first if memory_id in self.pending]))
+        chosen = set(order)
+        order += [memory_id for memory_id in self.pending if memory_id not in chosen]
+        longest = 0.0
+        for start in range(0, len(order), WARM_UP_BATCH):
+            began = self._clock()
+            # Stop before a batch that would likely end past the bound.
+            if began + longest > deadline:
+                break
+            batch = [self.live[memory_id] for memory_id in order[start : start + WARM_UP_BATCH]]
+            made = self._embedder.embed([recipe(memory) for memory in batch])
+            self.table.put_many(((memory.id, memory.revision) for memory in batch), made)
+            for memory in batch:
+                del self.pending[memory.id]
+            self.embedded += len(batch)
+            self._dirty = True
+            longest = max(longest, self._clock() - began)
+
+    # Ranking ------------------------------------------------------------------
+
+    def rank(
+        self, query: str, candidates: Sequence[Candidate], total: int, options: RankOptions
+    ) -> Ranking | None:
+        """The fused ranking, or None (lexical) once the runtime has failed."""
+        if self.failed:
+            return None
+        with self._lock:
+            for candidate in candidates:
+                self._learn(candidate.memory)
+            try:
+                query_vector = self._embedder.embed([query])[0]
+                self._warm([candidate.memory.id for candidate in candidates])
+            except Exception:
+                # The runtime's error types vary by version and platform; whichever it
+                # is, this search and the rest of the session are lexical (the spec).
+                self.failed = True
+                self._notice(RUNTIME_FAILED)
+                return None
+            ranking = self._fused(query_vector, candidates, total, options)
+            if self._dirty:
+                self._save()
+        return ranking
+
+    def _fused(
+        self, query_vector: vectors.Matrix, candidates: Sequence[Candidate], total: int, options: RankOptions
+    ) -> Ranking:
+        ids = self.table.ids
+        # One matrix product over the contiguous rows: every cosine at once.
+        cosines = np.clip(self.table.matrix() @ query_vector, -1.0, 1.0)
+        lexical = {candidate.memory.id: candidate.lexical_score for candidate in candidates}
+        found: dict[str, float] = {}
+        for candidate in candidates:
+            at = self.table.row(candidate.memory.id)
+            if at is not None and self.table.revisions[at] == candidate.memory.revision:
+                found[candidate.memory.id] = float(cosines[at])
+        memories = {candidate.memory.id: candidate.memory for candidate in candidates}
+        filtered = options.category is not None or bool(options.tags)
+
+        def admissible(n: int) -> bool:
+            """A memory found by meaning only may be returned: live, current vector, passes the filters."""
+            memory_id = ids[n]
+            if memory_id in lexical:
+                return False
+            # Through the reader, as the server checks: a memory gone since must not be named.
+            memory = self._memories.get(memory_id)
+            if memory is None or memory.revision != self.table.revisions[n]:
+                return False
+            if filtered and not options.accepts(memory):
+                return False
+            memories[memory_id] = memory
+            return True
+
+        for n in np.flatnonzero(cosines >= self.floor):
+            if admissible(int(n)):
+                found[ids[n]] = float(cosines[n])
+        if options.near_misses:
+            wanted = 0
+            below = np.flatnonzero(cosines < self.floor)
+            for n in below[np.argsort(-cosines[below], kind="stable")]:
+                if wanted == 3:
+                    break
+                if admissible(int(n)):
+                    found[ids[n]] = float(cosines[n])
+                    wanted += 1
+        decays = {
+            memory_id: decay(memory.category, age_days(memory, options.now))
+            for memory_id, memory in memories.items()
+        }
+        hits, members = fusion.fuse(
+            lexical,
+            found,
+            decays,
+            floor=self.floor,
+            span=self.span,
+            limit=options.limit,
+            near_misses=3 if options.near_misses else 0,
+            order=[candidate.memory.id for candidate in candidates],
+        )
+        return Ranking(
+            hits=[
+                RankedHit(hit.memory_id, hit.score, hit.lexical_score, hit.semantic_score, hit.near_miss)
+                for hit in hits
+            ],
+            total=total + members - len(lexical),
+            ranking="hybrid",
+        )
+
+    # The file -----------------------------------------------------------------
+
+    def _save(self) -> None:
+        if not self._writable:
+            return
+        try:
+            vectors.save(self.path, self.table, self._key, self._memories.account_id, self._stamp)
+        except OSError:
+            self._writable = False
+            self._notice(UNWRITABLE)
+            return
+        self._dirty = False
+
+    def flush(self) -> None:
+        """Write the vector file if it changed since it was last written."""
+        with self._lock:
+            if self._dirty:
+                self._save()
+
+
+class EmbeddingsPlugin:
+    """The hook implementations; one instance, `plugin`, is the registered entry point."""
+
+    def __init__(self, load: Callable[[], Any] | None = None) -> None:
+        """`load` starts the model (default: embedder.load, which checks it first)."""
+        self._load = load
+        self.hybrid: Hybrid | None = None
+
+    @hookimpl
+    def startup(self, memories: MemoryReader, notice: Notice) -> None:
+        """Load the model and the vector file, then say once whether embeddings are ready."""
+        if os.environ.get(ENABLED_VARIABLE, "").strip() == "0":
+            notice(OFF)
+            return
+        from squirrel_mcp_embeddings import embedder  # onnxruntime loads here, in the background
+
+        try:
+            model = (self._load or embedder.load)()
+        except ModelNotLoaded as error:
+            notice(status_line(error))
+            return
+        manifest = model.manifest
+        notice(status_line(None))
+        self.hybrid = Hybrid(
+            model,
+            memories,
+            notice,
+            stamp=vectors.Stamp(manifest.model, manifest_sha256(), RECIPE_VERSION, manifest.dimensions),
+            floor=manifest.min_similarity,
+            span=manifest.semantic_span,
+            path=vectors.vector_path(memories.account_id),
+        )
+
+    @hookimpl
+    def memories_changed(self, revisions: Sequence[Revision]) -> None:
+        """Forget the vectors of memories whose revision moved."""
+        if self.hybrid is not None:
+            self.hybrid.changed(revisions)
+
+    @hookimpl
+    def rank_memories(
+        self, query: str, candidates: Sequence[Candidate], total: int, options: RankOptions
+    ) -> Ranking | None:
+        """The fused ranking; None (lexical) when embeddings are off, refused or failed."""
+        if self.hybrid is None:
+            return None
+        return self.hybrid.rank(query, candidates, total, options)
+
+    @hookimpl
+    def shutdown(self) -> None:
+        """Write the vector file if it changed."""
+        if self.hybrid is not None:
+            self.hybrid.flush()
+
+
+plugin = EmbeddingsPlugin()

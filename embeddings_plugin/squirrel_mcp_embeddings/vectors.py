@@ -1,0 +1,214 @@
+"""The vectors of one account: a table in memory and its encrypted file in the cache directory.
+
+Embedding vectors can reveal roughly what a text said, so they are kept like the
+text itself: one file per account, `squirrel-notes/memory-vectors-<account id>.bin`
+in the OS cache directory (SQUIRREL_MEMORY_CACHE_DIR overrides), sealed with
+AES-256-GCM under a key HKDF-derived from the data key, replaced atomically with
+mode 0600. The file's layout:
+
+    b"SQMV" | format version (1 byte) | squirrel_mcp.crypto.seal(key, body, header + account id)
+
+and the body, once opened:
+
+    length of the meta JSON (4 bytes, big-endian) | meta JSON | float32 rows, little-endian
+
+where the meta JSON holds the model id, the manifest's SHA-256, the text recipe's
+version, the dimensions, and each row's memory id and revision in row order. A
+file whose model, manifest or recipe differs from the running one is dropped
+whole: every memory is embedded again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import platformdirs
+
+from squirrel_mcp import crypto
+from squirrel_mcp.files import atomic_write
+
+CACHE_DIR_VARIABLE = "SQUIRREL_MEMORY_CACHE_DIR"
+MAGIC = b"SQMV"
+FORMAT_VERSION = 1
+HEADER = MAGIC + bytes([FORMAT_VERSION])
+KEY_PURPOSE = "memory-vectors"
+_ACCOUNT_ID = re.compile(r"[0-9A-Za-z_-]{1,128}")
+
+Matrix = npt.NDArray[np.float32]
+
+
+class VectorFileError(Exception):
+    """The vector file cannot be used: damaged, tampered with, or of another format."""
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """What the vectors were made with; a file with another stamp is embedded again."""
+
+    model: str
+    manifest_sha256: str
+    recipe: int
+    dimensions: int
+
+
+def vector_path(account_id: str, environ: Mapping[str, str] = os.environ) -> Path:
+    """Where an account's vector file lives: <cache dir>/squirrel-notes/memory-vectors-<id>.bin."""
+    if not _ACCOUNT_ID.fullmatch(account_id):
+        # Account ids are hex; anything else must not become part of a path.
+        raise ValueError("the account id cannot name a file")
+    base = environ.get(CACHE_DIR_VARIABLE) or platformdirs.user_cache_dir()
+    return Path(base) / "squirrel-notes" / f"memory-vectors-{account_id}.bin"
+
+
+class VectorTable:
+    """Memory id -> (revision, unit vector), as rows of one contiguous float32 matrix.
+
+    Cosines against a query are one matrix product over `matrix()`, never a loop.
+    A removed row is filled by the last one, so the rows stay contiguous.
+    """
+
+    def __init__(self, dimensions: int) -> None:
+        """An empty table for vectors of `dimensions` floats."""
+        self.dimensions = dimensions
+        self._rows: Matrix = np.zeros((0, dimensions), dtype=np.float32)
+        self._count = 0
+        self.ids: list[str] = []
+        self.revisions: list[int] = []
+        self._row: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __contains__(self, memory_id: object) -> bool:
+        return memory_id in self._row
+
+    def row(self, memory_id: str) -> int | None:
+        """The row of a memory's vector, or None when it has none."""
+        return self._row.get(memory_id)
+
+    def revision(self, memory_id: str) -> int | None:
+        """The revision a memory's vector was made from, or None when it has none."""
+        row = self._row.get(memory_id)
+        return None if row is None else self.revisions[row]
+
+    def matrix(self) -> Matrix:
+        """The live rows (a view, C-contiguous): row i is the vector of ids[i]."""
+        rows: Matrix = self._rows[: self._count]
+        return rows
+
+    def vector(self, memory_id: str) -> Matrix:
+        """One memory's vector (a copy)."""
+        vector: Matrix = self._rows[self._row[memory_id]].copy()
+        return vector
+
+    def put_many(self, entries: Iterable[tuple[str, int]], vectors: Matrix) -> None:
+        """Set the vectors of these (id, revision) pairs, row i of `vectors` for the i-th pair."""
+        pairs = list(entries)
+        if vectors.shape != (len(pairs), self.dimensions):
+            raise ValueError("one vector per memory, of the model's dimensions")
+        new = sum(1 for memory_id, _ in pairs if memory_id not in self._row)
+        self._reserve(self._count + new)
+        for (memory_id, revision), vector in zip(pairs, vectors, strict=True):
+            row = self._row.get(memory_id)
+            if row is None:
+                row = self._row[memory_id] = self._count
+                self._count += 1
+                self.ids.append(memory_id)
+                self.revisions.append(revision)
+            else:
+                self.revisions[row] = revision
+            self._rows[row] = vector
+
+    def remove(self, memory_id: str) -> None:
+        """Forget a memory's vector (deleted, or changed and to be embedded again)."""
+        row = self._row.pop(memory_id, None)
+        if row is None:
+            return
+        last = self._count - 1
+        if row != last:
+            moved = self.ids[last]
+            self._rows[row] = self._rows[last]
+            self.ids[row], self.revisions[row] = moved, self.revisions[last]
+            self._row[moved] = row
+        self.ids.pop()
+        self.revisions.pop()
+        self._count = last
+
+    def _reserve(self, needed: int) -> None:
+        if needed <= len(self._rows):
+            return
+        grown = np.zeros((max(needed, 2 * len(self._rows), 64), self.dimensions), dtype=np.float32)
+        grown[: self._count] = self._rows[: self._count]
+        self._rows = grown
+
+    # The file -----------------------------------------------------------------
+
+    def to_bytes(self, key: bytes, account_id: str, stamp: Stamp) -> bytes:
+        """The sealed file content for these vectors."""
+        meta = json.dumps(
+            {
+                "model": stamp.model,
+                "manifestSha256": stamp.manifest_sha256,
+                "recipe": stamp.recipe,
+                "dimensions": stamp.dimensions,
+                "rows": [
+                    [memory_id, revision]
+                    for memory_id, revision in zip(self.ids, self.revisions, strict=True)
+                ],
+            },
+            separators=(",", ":"),
+        ).encode()
+        body = struct.pack(">I", len(meta)) + meta + self.matrix().astype("<f4").tobytes()
+        return HEADER + crypto.seal(key, body, HEADER + account_id.encode())
+
+    @classmethod
+    def from_bytes(cls, data: bytes, key: bytes, account_id: str, stamp: Stamp) -> VectorTable:
+        """The table a file holds, or an empty one when its stamp is not `stamp`.
+
+        Raises VectorFileError when the file is not one this version wrote under this
+        key for this account (damaged, tampered with, swapped in from elsewhere).
+        """
+        if not data.startswith(HEADER):
+            raise VectorFileError("not a vector file of this format")
+        try:
+            body = crypto.open_sealed(key, data[len(HEADER) :], HEADER + account_id.encode())
+        except crypto.DecryptionError as error:
+            raise VectorFileError("the vector file failed its integrity check") from error
+        try:
+            (length,) = struct.unpack(">I", body[:4])
+            meta = json.loads(body[4 : 4 + length])
+            made = Stamp(meta["model"], meta["manifestSha256"], meta["recipe"], meta["dimensions"])
+            rows = meta["rows"]
+            table = cls(stamp.dimensions)
+            if made != stamp:
+                return table
+            vectors = np.frombuffer(body[4 + length :], dtype="<f4").reshape(len(rows), stamp.dimensions)
+            table.put_many(((str(i), int(r)) for i, r in rows), vectors.astype(np.float32))
+        except (ValueError, KeyError, TypeError, struct.error) as error:
+            # Authenticated yet unreadable: only a bug of ours could write it; rebuild all the same.
+            raise VectorFileError("the vector file's content is malformed") from error
+        return table
+
+
+def load(path: Path, key: bytes, account_id: str, stamp: Stamp) -> VectorTable | None:
+    """The table in the file at `path`; None when there is none to read; VectorFileError when unusable."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        # Missing, or a path that cannot hold a file: start empty; if it cannot be
+        # written either, saving says so (the spec's one line).
+        return None
+    return VectorTable.from_bytes(data, key, account_id, stamp)
+
+
+def save(path: Path, table: VectorTable, key: bytes, account_id: str, stamp: Stamp) -> None:
+    """Replace the file at `path` with `table`, atomically, mode 0600 (OSError if it cannot)."""
+    atomic_write(path, table.to_bytes(key, account_id, stamp))

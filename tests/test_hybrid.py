@@ -1,0 +1,422 @@
+"""The embeddings plugin without the model: the fused order's promises, the recipe, the vector file.
+
+The fused order is checked as properties (hypothesis) of the spec's "How search
+ranks". The plugin's state (warm-up, re-embedding, the encrypted file) runs on a
+real vault with a stand-in model that counts what it embeds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import stat
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from squirrel_mcp import crypto
+from squirrel_mcp.memories import MemoryReader, MemoryStore
+from squirrel_mcp.models import Revision
+from squirrel_mcp.ranking import Candidate, RankOptions, check_ranking
+from squirrel_mcp.search import decay
+from squirrel_mcp.storage.local import LocalVault
+from squirrel_mcp_embeddings import fusion, plugin, vectors
+from squirrel_mcp_embeddings.fusion import EVERY_WORD, fuse, fused_score
+
+FLOOR, SPAN = 0.35, 0.05
+DIMENSIONS = 8
+
+# Fusion as properties ---------------------------------------------------------
+
+lexical_scores = st.sampled_from([0.0, 0.25, 1 / 3, 0.5, 2 / 3, 1.0])
+cosines = st.floats(-1.0, 1.0, allow_nan=False)
+decays = st.sampled_from([1.0, 0.5, 0.25, 0.1])
+
+
+@st.composite
+def pools(draw: st.DrawFn) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """Word matches (lexicalScore), cosines (some memories without a vector), decays."""
+    n = draw(st.integers(1, 25))
+    ids = [f"{i:016x}" for i in range(n)]
+    lexical = {i: draw(lexical_scores) for i in ids if draw(st.booleans())}
+    cos = {i: draw(cosines) for i in ids if draw(st.integers(0, 4)) > 0}
+    dec = {i: draw(decays) for i in ids}
+    return lexical, cos, dec
+
+
+def ranked(pool: tuple[dict[str, float], dict[str, float], dict[str, float]], **kwargs: float) -> list:
+    lexical, cos, dec = pool
+    hits, _ = fuse(lexical, cos, dec, floor=FLOOR, span=SPAN, limit=100, **kwargs)  # type: ignore[arg-type]
+    return hits
+
+
+@settings(max_examples=300, deadline=None)
+@given(pools())
+def test_score_never_rises_down_the_list(pool: tuple) -> None:
+    scores = [hit.score for hit in ranked(pool)]
+    assert scores == sorted(scores, reverse=True)
+    assert all(0 <= score <= 1 for score in scores)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pools())
+def test_every_word_hits_come_first_and_members_are_words_or_meaning(pool: tuple) -> None:
+    lexical, cos, _ = pool
+    hits = ranked(pool)
+    full = [fusion.every_word(hit.lexical_score) for hit in hits]
+    assert full == sorted(full, reverse=True)
+    assert all((hit.score >= EVERY_WORD) == every for hit, every in zip(hits, full, strict=True))
+    expected = set(lexical) | {i for i, c in cos.items() if c >= FLOOR}
+    assert {hit.memory_id for hit in hits} == expected
+    # semanticScore is the cosine for every hit with a vector, also below the floor.
+    assert all(hit.semantic_score == cos.get(hit.memory_id) for hit in hits)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pools())
+def test_dominance_on_both_scores_ranks_first(pool: tuple) -> None:
+    _, _, dec = pool
+    hits = ranked(pool)
+    position = {hit.memory_id: n for n, hit in enumerate(hits)}
+    for a in hits:
+        for b in hits:
+            same_side = fusion.every_word(a.lexical_score) == fusion.every_word(b.lexical_score)
+            if not same_side or dec[a.memory_id] != dec[b.memory_id]:
+                continue
+            sa = -2.0 if a.semantic_score is None else a.semantic_score
+            sb = -2.0 if b.semantic_score is None else b.semantic_score
+            if (
+                a.lexical_score >= b.lexical_score
+                and sa >= sb
+                and (a.lexical_score > b.lexical_score or sa > sb)
+            ):
+                assert position[a.memory_id] < position[b.memory_id]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(cosines, min_size=2, max_size=10), lexical_scores)
+def test_ties_go_to_the_higher_cosine(cos_values: list[float], lexical_score: float) -> None:
+    # Every cosine at or above floor + span: the same semantic part, so the same score.
+    cos = {f"{i:016x}": FLOOR + SPAN + (1 - FLOOR - SPAN) * abs(c) for i, c in enumerate(cos_values)}
+    lexical = dict.fromkeys(cos, lexical_score)
+    hits, _ = fuse(lexical, cos, {}, floor=FLOOR, span=SPAN, limit=100)
+    assert len({hit.score for hit in hits}) == 1
+    assert [hit.semantic_score for hit in hits] == sorted(cos.values(), reverse=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lexical_scores, cosines, decays, decays)
+def test_age_fades_only_the_meaning_part(lexical_score: float, cosine: float, old: float, new: float) -> None:
+    assume(old < new)
+    fresh = fused_score(lexical_score, cosine, new, FLOOR, SPAN)
+    aged = fused_score(lexical_score, cosine, old, FLOOR, SPAN)
+    assert aged <= fresh
+    # The word part stays whatever the age: with no meaning part, age changes nothing.
+    assert fused_score(lexical_score, FLOOR - 0.1, old, FLOOR, SPAN) == fused_score(
+        lexical_score, FLOOR - 0.1, new, FLOOR, SPAN
+    )
+    assert aged >= (EVERY_WORD if fusion.every_word(lexical_score) else 0) + 0.3 * lexical_score / 2 - 1e-12
+
+
+def test_the_semantic_part_is_linear_from_floor_to_floor_plus_span() -> None:
+    assert fusion.semantic_part(None, FLOOR, SPAN) == 0
+    assert fusion.semantic_part(FLOOR, FLOOR, SPAN) == 0
+    assert fusion.semantic_part(FLOOR + SPAN / 2, FLOOR, SPAN) == pytest.approx(0.5)
+    assert fusion.semantic_part(FLOOR + SPAN, FLOOR, SPAN) == pytest.approx(1)
+    assert fusion.semantic_part(0.99, FLOOR, SPAN) == 1
+    # The spec's numbers: 0.3 × lexical + 0.7 × part × decay, halved, +0.5 with every word.
+    assert fused_score(1.0, 0.99, 1.0, FLOOR, SPAN) == pytest.approx(1.0)
+    assert fused_score(0.5, 0.99, 0.5, FLOOR, SPAN) == pytest.approx((0.15 + 0.35) / 2)
+    assert fused_score(0.0, None, 1.0, FLOOR, SPAN) == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(pools())
+def test_near_misses_are_the_closest_non_members_after_the_matches(pool: tuple) -> None:
+    lexical, cos, dec = pool
+    hits, members = fuse(lexical, cos, dec, floor=FLOOR, span=SPAN, limit=100, near_misses=3)
+    matches = [hit for hit in hits if not hit.near_miss]
+    misses = [hit for hit in hits if hit.near_miss]
+    assert hits == matches + misses and len(matches) == members
+    outside = sorted((c for i, c in cos.items() if i not in lexical and c < FLOOR), reverse=True)
+    assert [hit.semantic_score for hit in misses] == outside[:3]
+    assert all(hit.score == 0 and hit.lexical_score == 0 for hit in misses)
+
+
+# The recipe --------------------------------------------------------------------
+
+
+def memory(
+    text: str, *, entity: str = "user", tags: Sequence[str] = (), keywords: Sequence[str] = ()
+) -> Revision:
+    return Revision(
+        id="00000000000000aa",
+        entity=entity,
+        text=text,
+        tags=list(tags),
+        keywords=list(keywords),
+        category="fact",
+        createdAt="2026-01-01T00:00:00Z",
+        updatedAt="2026-01-01T00:00:00Z",
+        revision=1,
+        change="created",
+    )
+
+
+def test_recipe_is_entity_text_tags_keywords() -> None:
+    assert plugin.recipe(memory("Is allergic to peanuts")) == "user: Is allergic to peanuts"
+    assert (
+        plugin.recipe(memory("Runs Pi-hole", entity="home network", tags=["dns"], keywords=["ads", "pihole"]))
+        == "home network: Runs Pi-hole (dns, ads, pihole)"
+    )
+    assert plugin.recipe(memory("x", keywords=["k"])) == "user: x (k)"
+
+
+# The plugin on a real vault, with a stand-in model ----------------------------
+
+
+class CountingModel:
+    """Unit vectors from a text's hash; counts the texts it embedded."""
+
+    def __init__(self, *, fail: bool = False, seconds_per_batch: float = 0.0) -> None:
+        self.texts: list[str] = []
+        self.fail = fail
+        self.clock = 0.0
+        self.seconds_per_batch = seconds_per_batch
+
+    def embed(self, texts: Sequence[str]) -> vectors.Matrix:
+        if self.fail:
+            raise RuntimeError("the runtime broke")
+        self.texts += texts
+        self.clock += self.seconds_per_batch
+        rows = []
+        for text in texts:
+            seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+            row = np.random.default_rng(seed).standard_normal(DIMENSIONS).astype(np.float32)
+            rows.append(row / np.linalg.norm(row))
+        return np.array(rows, dtype=np.float32).reshape(len(texts), DIMENSIONS)
+
+
+STAMP = vectors.Stamp("stand-in", "0" * 64, plugin.RECIPE_VERSION, DIMENSIONS)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> MemoryStore:
+    cheap = crypto.KdfParams(salt=b"s" * crypto.SALT_BYTES, n=2**14)
+    return MemoryStore.create(LocalVault(tmp_path / "v", create=True), "passphrase", kdf=cheap)
+
+
+def open_hybrid(
+    store: MemoryStore, path: Path, model: CountingModel, lines: list[str], **kwargs: object
+) -> plugin.Hybrid:
+    hybrid = plugin.Hybrid(
+        model,
+        MemoryReader(store),
+        lines.append,
+        stamp=kwargs.pop("stamp", STAMP),  # type: ignore[arg-type]
+        floor=-1.0,
+        span=0.5,
+        path=path,
+        clock=lambda: model.clock,
+        **kwargs,  # type: ignore[arg-type]
+    )
+    store.listeners.append(hybrid.changed)
+    return hybrid
+
+
+def options(limit: int = 10) -> RankOptions:
+    return RankOptions(limit, False, None, (), datetime.now(UTC), lambda _: True)
+
+
+def save_many(store: MemoryStore, n: int) -> list[Revision]:
+    return [
+        store.save(entity="user", text=f"memory number {i}", category="fact", tags=[], keywords=[])
+        for i in range(n)
+    ]
+
+
+def test_the_vector_file_is_sealed_owner_only_and_survives_a_restart(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    saved = save_many(store, 5)
+    path = tmp_path / "cache" / "squirrel-notes" / f"memory-vectors-{store.account_id}.bin"
+    model, lines = CountingModel(), []
+    hybrid = open_hybrid(store, path, model, lines)
+    answer = hybrid.rank("anything", [], 0, options())
+    assert answer is not None and answer.ranking == "hybrid" and len(model.texts) == 1 + 5
+    data = path.read_bytes()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    for revision in saved:
+        assert revision.text.encode() not in data and revision.id.encode() not in data
+        # No raw vector bytes: not one row, not even its first half.
+        assert hybrid.table.vector(revision.id)[: DIMENSIONS // 2].tobytes() not in data
+    assert STAMP.model.encode() not in data
+    # A restart reads the file: nothing is embedded again but the query.
+    again = CountingModel()
+    restarted = open_hybrid(store, path, again, [])
+    assert len(restarted.table) == 5 and not restarted.pending
+    restarted.rank("anything", [], 0, options())
+    assert again.texts == ["anything"]
+    assert lines == []
+
+
+def test_a_tampered_or_foreign_file_is_discarded_and_rebuilt(store: MemoryStore, tmp_path: Path) -> None:
+    save_many(store, 3)
+    path = tmp_path / "vectors.bin"
+    open_hybrid(store, path, CountingModel(), []).rank("q", [], 0, options())
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 1
+    path.write_bytes(bytes(data))
+    model, lines = CountingModel(), []
+    hybrid = open_hybrid(store, path, model, lines)
+    assert lines == [plugin.REBUILT] and len(hybrid.pending) == 3
+    hybrid.rank("q", [], 0, options())
+    assert len(model.texts) == 1 + 3
+    # Rebuilt: the next start reads it without a line.
+    quiet: list[str] = []
+    assert len(open_hybrid(store, path, CountingModel(), quiet).table) == 3 and quiet == []
+    # Garbage, or another account's key, are refused the same way.
+    path.write_bytes(b"not a vector file")
+    assert open_hybrid(store, path, CountingModel(), noisy := []).pending and noisy == [plugin.REBUILT]
+
+
+def test_a_new_model_manifest_or_recipe_embeds_everything_again(store: MemoryStore, tmp_path: Path) -> None:
+    save_many(store, 4)
+    path = tmp_path / "vectors.bin"
+    open_hybrid(store, path, CountingModel(), []).rank("q", [], 0, options())
+    for changed in (
+        vectors.Stamp("another model", STAMP.manifest_sha256, STAMP.recipe, DIMENSIONS),
+        vectors.Stamp(STAMP.model, "1" * 64, STAMP.recipe, DIMENSIONS),
+        vectors.Stamp(STAMP.model, STAMP.manifest_sha256, STAMP.recipe + 1, DIMENSIONS),
+    ):
+        lines: list[str] = []
+        hybrid = open_hybrid(store, path, CountingModel(), lines, stamp=changed)
+        assert len(hybrid.table) == 0 and len(hybrid.pending) == 4 and lines == []
+
+
+def test_changing_a_memory_re_embeds_only_that_memory(store: MemoryStore, tmp_path: Path) -> None:
+    saved = save_many(store, 6)
+    path = tmp_path / "vectors.bin"
+    model = CountingModel()
+    hybrid = open_hybrid(store, path, model, [])
+    hybrid.rank("q", [], 0, options())
+    model.texts.clear()
+    store.update(saved[2].id, changes={"keywords": ["lunch"]}, reason="more words")
+    store.delete(saved[4].id, reason=None)
+    answer = hybrid.rank("q", [], 0, options())
+    assert model.texts == ["q", "user: memory number 2 (lunch)"]
+    assert answer is not None and saved[4].id not in {hit.memory_id for hit in answer.hits}
+    assert len(hybrid.table) == 5
+    # And the file, read at the next start, holds the new revision.
+    restarted = open_hybrid(store, path, CountingModel(), [])
+    assert restarted.table.revision(saved[2].id) == 2 and saved[4].id not in restarted.table
+
+
+def test_warm_up_stops_at_its_bound_and_the_rest_have_no_semantic_score(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    saved = save_many(store, 300)
+    model = CountingModel(seconds_per_batch=1.0)  # each batch of 32 "takes" 1 s
+    hybrid = open_hybrid(store, tmp_path / "v.bin", model, [])
+    first = store.index.entries[saved[0].id].memory
+    words = [Candidate(first, 1.0, 0.5)]
+    answer = hybrid.rank("memory", words, 1, options(limit=50))
+    assert answer is not None
+    # 8 s: the query, then 8 batches of 32 (the word match in the first), never more.
+    assert len(model.texts) == 1 + 32 * 8 and model.texts[1] == plugin.recipe(first)
+    assert len(hybrid.pending) == 300 - 32 * 8
+    by_id = {hit.memory_id: hit for hit in answer.hits}
+    assert by_id[first.id].semantic_score is not None
+    # A word match not yet embedded keeps score <= 0.3 / 2 and semanticScore None.
+    late = next(m for m in saved if m.id in hybrid.pending)
+    late_answer = hybrid._fused(
+        model.embed(["memory"])[0],
+        [Candidate(store.index.entries[late.id].memory, 1.0, 0.5)],
+        1,
+        options(300),
+    )
+    late_hit = next(hit for hit in late_answer.hits if hit.memory_id == late.id)
+    assert late_hit.semantic_score is None and late_hit.score <= 0.3 / 2
+    # A later search embeds the rest.
+    hybrid.rank("memory", [], 0, options())
+    hybrid.rank("memory", [], 0, options())
+    assert not hybrid.pending
+
+
+def test_a_runtime_failure_turns_the_session_lexical_with_one_line(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    save_many(store, 2)
+    model, lines = CountingModel(fail=True), []
+    hybrid = open_hybrid(store, tmp_path / "v.bin", model, lines)
+    assert hybrid.rank("q", [], 0, options()) is None
+    model.fail = False
+    assert hybrid.rank("q", [], 0, options()) is None
+    assert lines == [plugin.RUNTIME_FAILED]
+
+
+def test_an_unwritable_file_keeps_vectors_in_memory_with_one_line(store: MemoryStore, tmp_path: Path) -> None:
+    save_many(store, 2)
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the directory should be")
+    model, lines = CountingModel(), []
+    hybrid = open_hybrid(store, blocked / "squirrel-notes" / "v.bin", model, lines)
+    assert hybrid.rank("q", [], 0, options()) is not None
+    save_many(store, 1)
+    assert hybrid.rank("q", [], 0, options()) is not None
+    assert lines == [plugin.UNWRITABLE] and len(hybrid.table) == 3
+    assert len(model.texts) == 2 + 3
+
+
+def test_meaning_only_hits_pass_the_filters_and_the_servers_check(store: MemoryStore, tmp_path: Path) -> None:
+    saved = save_many(store, 5)
+    store.update(saved[1].id, changes={"tags": ["keep"]}, reason=None)
+    hybrid = open_hybrid(store, tmp_path / "v.bin", CountingModel(), [])
+    reader = MemoryReader(store)
+
+    def keeps(m: Revision) -> bool:
+        return "keep" in m.tags
+
+    filtered = RankOptions(10, True, None, ("keep",), datetime.now(UTC), keeps)
+    answer = hybrid.rank("q", [], 0, filtered)
+    assert answer is not None and [hit.memory_id for hit in answer.hits] == [saved[1].id]
+    assert check_ranking(answer, [], filtered, reader.get) is None
+    everything = RankOptions(3, True, None, (), datetime.now(UTC), lambda _: True)
+    answer = hybrid.rank("q", [], 0, everything)
+    assert answer is not None and check_ranking(answer, [], everything, reader.get) is None
+    assert answer.total == 5 and len(answer.hits) == 3  # floor -1: all members, no near misses left
+
+
+def test_decay_is_the_lexical_decay() -> None:
+    now = datetime(2026, 6, 1, tzinfo=UTC)
+    old = memory("x").model_copy(
+        update={"updatedAt": (now - timedelta(days=90)).isoformat().replace("+00:00", "Z")}
+    )
+    assert plugin.age_days(old, now) == pytest.approx(90)
+    assert decay("event", 90) < decay("fact", 90) <= 1
+    assert math.isclose(decay("profile", 90), 1.0)
+
+
+def test_vector_path_is_per_account_in_the_cache_dir(tmp_path: Path) -> None:
+    assert vectors.vector_path("abc123", {"SQUIRREL_MEMORY_CACHE_DIR": str(tmp_path)}) == (
+        tmp_path / "squirrel-notes" / "memory-vectors-abc123.bin"
+    )
+    default = vectors.vector_path("abc123", {})
+    assert default.parent.name == "squirrel-notes" and default.parent.parent.is_absolute()
+    with pytest.raises(ValueError, match="account id"):
+        vectors.vector_path("../etc", {})
+
+
+def test_derive_key_is_per_purpose_and_never_the_data_key(store: MemoryStore) -> None:
+    reader = MemoryReader(store)
+    key = reader.derive_key("memory-vectors")
+    assert len(key) == 32 and key == reader.derive_key("memory-vectors")
+    assert key != reader.derive_key("something-else") and key != store._key
+    with pytest.raises(ValueError, match="purpose"):
+        reader.derive_key("")
