@@ -2,7 +2,7 @@
 
     nox -s tests   ruff, mypy and every test (what .ci/run and the README run)
     nox -s fetch_model  the shipped model's checked files into the plugin (cached)
-    nox -s demo    the real server over stdio on a throwaway vault
+    nox -s demo    the real server over stdio on a throwaway vault, lexical and hybrid
     nox -s build   both wheels into dist/
     nox -s bench   benchmark scripts; figures land in docs/benchmarks/
     nox -s lock    regenerate the hashed lock files in requirements/
@@ -69,7 +69,9 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def demo(session: nox.Session) -> None:
-    """Save a few memories into a throwaway vault through the real server, then search them."""
+    """Save memories into a throwaway vault through the real server; search them lexical and hybrid."""
+    # The model first, so the plugin installed next carries it and the hybrid side runs.
+    fetch_model_files(session)
     install_project(session, "requirements/runtime.txt", "requirements/build.txt")
     session.run("python", "scripts/demo.py")
 
@@ -86,9 +88,11 @@ def build(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """Benchmarks, run side by side; each writes its figures to docs/benchmarks/."""
+    fetch_model_files(session)
     install_project(session, "requirements/dev.txt")
     session.run("python", "scripts/bench_startup.py", *session.posargs)
     session.run("python", "scripts/bench_search.py")
+    session.run("python", "scripts/bench_hybrid.py")
 
 
 @nox.session(python=PYTHON)

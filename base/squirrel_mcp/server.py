@@ -45,7 +45,7 @@ MAX_SEARCH_LIMIT = 50
 # The note on a query with no letter or digit when a semantic ranker ranked it anyway.
 MEANING_ONLY_NOTE = (
     "This query has no letter or digit in any script, so no word of it could match: "
-    "these results were found only by meaning."
+    "any results were found only by meaning."
 )
 MAX_LIST_LIMIT = 100
 
