@@ -10,9 +10,11 @@ from __future__ import annotations
 import hashlib
 import math
 import stat
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,7 +24,7 @@ from hypothesis import strategies as st
 from squirrel_mcp import crypto
 from squirrel_mcp.memories import MemoryReader, MemoryStore
 from squirrel_mcp.models import Revision
-from squirrel_mcp.ranking import Candidate, RankOptions, check_ranking
+from squirrel_mcp.ranking import Candidate, Ranking, RankOptions, check_ranking
 from squirrel_mcp.search import decay
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp_embeddings import fusion, plugin, vectors
@@ -211,10 +213,19 @@ def store(tmp_path: Path) -> MemoryStore:
     return MemoryStore.create(LocalVault(tmp_path / "v", create=True), "passphrase", kdf=cheap)
 
 
+class Flushing(plugin.Hybrid):
+    """The plugin's Hybrid, waiting after each search until the vector file is written."""
+
+    def rank(self, *args: Any, **kwargs: Any) -> Ranking | None:
+        answer = super().rank(*args, **kwargs)
+        self.flush()
+        return answer
+
+
 def open_hybrid(
     store: MemoryStore, path: Path, model: CountingModel, lines: list[str], **kwargs: object
 ) -> plugin.Hybrid:
-    hybrid = plugin.Hybrid(
+    hybrid = Flushing(
         model,
         MemoryReader(store),
         lines.append,
@@ -328,9 +339,9 @@ def test_warm_up_stops_at_its_bound_and_the_rest_have_no_semantic_score(
     words = [Candidate(first, 1.0, 0.5)]
     answer = hybrid.rank("memory", words, 1, options(limit=50))
     assert answer is not None
-    # 8 s: the query, then 8 batches of 32 (the word match in the first), never more.
-    assert len(model.texts) == 1 + 32 * 8 and model.texts[1] == plugin.recipe(first)
-    assert len(hybrid.pending) == 300 - 32 * 8
+    # 8 s in all: the query (1 s), then 7 batches of 32 (the word match in the first), never more.
+    assert len(model.texts) == 1 + 32 * 7 and model.texts[1] == plugin.recipe(first)
+    assert len(hybrid.pending) == 300 - 32 * 7
     by_id = {hit.memory_id: hit for hit in answer.hits}
     assert by_id[first.id].semantic_score is not None
     # A word match not yet embedded keeps score <= 0.3 / 2 and semanticScore None.
@@ -345,8 +356,20 @@ def test_warm_up_stops_at_its_bound_and_the_rest_have_no_semantic_score(
     assert late_hit.semantic_score is None and late_hit.score <= 0.3 / 2
     # A later search embeds the rest.
     hybrid.rank("memory", [], 0, options())
-    hybrid.rank("memory", [], 0, options())
     assert not hybrid.pending
+
+
+def test_a_search_that_finds_another_busy_answers_lexically_within_the_bound(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    save_many(store, 2)
+    hybrid = open_hybrid(store, tmp_path / "v.bin", CountingModel(), [])
+    with hybrid._lock:
+        began = time.monotonic()
+        # The plugin's own rank (Flushing's would wait for the file, under the lock held here).
+        assert plugin.Hybrid.rank(hybrid, "q", [], 0, options()) is None
+        assert time.monotonic() - began < plugin.LOCK_WAIT + 1
+    assert hybrid.rank("q", [], 0, options()) is not None and not hybrid.failed
 
 
 def test_a_runtime_failure_turns_the_session_lexical_with_one_line(

@@ -10,7 +10,8 @@ Registered as the entry point `embeddings` of the group `squirrel_mcp`. Its hook
 - `rank_memories`: embeds the query, spends at most WARM_UP_SECONDS embedding
   memories that have no current vector, then ranks with `fusion.fuse`. A runtime
   failure answers None (lexical), says so once, and the session stays lexical.
-- `shutdown`: writes the vector file if it changed.
+- `shutdown`: writes the vector file if it changed (searches have it written by a thread of
+  the plugin's own, so none waits for the disk).
 
 Lines written, each at most once: the start-up line, RUNTIME_FAILED, UNWRITABLE,
 REBUILT. None holds memory text, a query, a key or a vector.
@@ -43,6 +44,9 @@ RECIPE_VERSION = 1
 # The spec's warm-up bound: a search spends at most this long embedding memories without a vector.
 WARM_UP_SECONDS = 8.0
 WARM_UP_BATCH = 32
+# A search that finds another still ranking (or warming up) waits this long, then answers
+# lexically: waiting longer could pass the host's 10 s bound, which sets a ranker aside.
+LOCK_WAIT = 1.0
 SECONDS_PER_DAY = 86_400.0
 
 OFF = "memory: local embeddings are turned off (SQUIRREL_MEMORY_EMBEDDINGS=0); memory search is lexical only"
@@ -110,6 +114,10 @@ class Hybrid:
         self._clock = clock
         self._key = memories.derive_key(vectors.KEY_PURPOSE)
         self._lock = threading.Lock()
+        # Held while a snapshot is taken and written, so a newer snapshot never lands first.
+        self._file_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._saver: threading.Thread | None = None
         self.failed = False
         self._writable = True
         self._dirty = False
@@ -157,9 +165,8 @@ class Hybrid:
             for memory in revisions:
                 self._learn(memory)
 
-    def _warm(self, first: Sequence[str]) -> None:
-        """Embed memories without a current vector, `first` first, for at most `warm_up` seconds."""
-        deadline = self._clock() + self.warm_up
+    def _warm(self, first: Sequence[str], deadline: float) -> None:
+        """Embed memories without a current vector, `first` first, until `deadline` (by `clock`)."""
         order = list(dict.fromkeys([memory_id for memory_id in first if memory_id in self.pending]))
         chosen = set(order)
         order += [memory_id for memory_id in self.pending if memory_id not in chosen]
@@ -183,15 +190,17 @@ class Hybrid:
     def rank(
         self, query: str, candidates: Sequence[Candidate], total: int, options: RankOptions
     ) -> Ranking | None:
-        """The fused ranking, or None (lexical) once the runtime has failed."""
-        if self.failed:
+        """The fused ranking; None (lexical) once the runtime has failed, or when busy past LOCK_WAIT."""
+        # The search's 8 s count from here: waiting and the query's embedding included.
+        deadline = self._clock() + self.warm_up
+        if self.failed or not self._lock.acquire(timeout=LOCK_WAIT):
             return None
-        with self._lock:
+        try:
             for candidate in candidates:
                 self._learn(candidate.memory)
             try:
                 query_vector = self._embedder.embed([query])[0]
-                self._warm([candidate.memory.id for candidate in candidates])
+                self._warm([candidate.memory.id for candidate in candidates], deadline)
             except Exception:
                 # The runtime's error types vary by version and platform; whichever it
                 # is, this search and the rest of the session are lexical (the spec).
@@ -199,8 +208,11 @@ class Hybrid:
                 self._notice(RUNTIME_FAILED)
                 return None
             ranking = self._fused(query_vector, candidates, total, options)
-            if self._dirty:
-                self._save()
+            dirty = self._dirty
+        finally:
+            self._lock.release()
+        if dirty:
+            self._save_soon()
         return ranking
 
     def _fused(
@@ -269,22 +281,33 @@ class Hybrid:
 
     # The file -----------------------------------------------------------------
 
-    def _save(self) -> None:
-        if not self._writable:
-            return
-        try:
-            vectors.save(self.path, self.table, self._key, self._memories.account_id, self._stamp)
-        except OSError:
-            self._writable = False
-            self._notice(UNWRITABLE)
-            return
-        self._dirty = False
+    def _save_soon(self) -> None:
+        """Have the plugin's saver thread write the file: a search does not wait for the disk."""
+        if self._saver is None:
+            self._saver = threading.Thread(target=self._save_loop, name="squirrel-mcp-vectors", daemon=True)
+            self._saver.start()
+        self._wake.set()
+
+    def _save_loop(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            self.flush()
 
     def flush(self) -> None:
-        """Write the vector file if it changed since it was last written."""
-        with self._lock:
-            if self._dirty:
-                self._save()
+        """Write the vector file now if it changed since it was last written (once written, returns)."""
+        with self._file_lock:
+            with self._lock:
+                if not self._dirty or not self._writable:
+                    return
+                # A copy, so searches go on while it is sealed and written.
+                snapshot = self.table.copy()
+                self._dirty = False
+            try:
+                vectors.save(self.path, snapshot, self._key, self._memories.account_id, self._stamp)
+            except OSError:
+                self._writable = False
+                self._notice(UNWRITABLE)
 
 
 class EmbeddingsPlugin:

@@ -127,6 +127,12 @@ class VectorTable:
                 self.revisions[row] = revision
             self._rows[row] = vector
 
+    def copy(self) -> VectorTable:
+        """An independent copy (to write while the original keeps changing)."""
+        other = VectorTable(self.dimensions)
+        other._fill(list(self.ids), list(self.revisions), self.matrix())
+        return other
+
     def _fill(self, ids: list[str], revisions: list[int], rows: Matrix) -> None:
         """Load an empty table in one step (reading the file: no per-row Python work on the matrix)."""
         if len(set(ids)) != len(ids) or len(revisions) != len(ids):
