@@ -93,6 +93,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "scripts/bench_startup.py", *session.posargs)
     session.run("python", "scripts/bench_search.py")
     session.run("python", "scripts/bench_hybrid.py")
+    session.run("python", "scripts/bench_embed.py")
 
 
 @nox.session(python=PYTHON)
