@@ -217,11 +217,14 @@ def environment(args: argparse.Namespace, load_before: str, load_after: str) -> 
         usable = str(len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
         usable = "n/a"
+    plugins = sorted(entry.name for entry in importlib.metadata.entry_points(group="squirrel_mcp"))
     return [
         ("Date (UTC)", datetime.now(UTC).strftime("%Y-%m-%d %H:%M")),
         ("Python", f"{platform.python_version()} ({platform.python_implementation()})"),
         ("mcp", importlib.metadata.version("mcp")),
         ("squirrel-mcp", importlib.metadata.version("squirrel-mcp")),
+        # Installed plugins load at every start (their startup hooks run in the background).
+        ("Plugins installed (entry points squirrel_mcp)", ", ".join(plugins) or "none"),
         ("Platform", platform.platform()),
         ("CPUs (os.cpu_count / usable)", f"{os.cpu_count()} / {usable}"),
         ("Load average before / after (1 min)", f"{load_before} / {load_after}"),
