@@ -81,6 +81,11 @@ def halvings(category: str, seconds: float) -> float:
     return 0.0 if half_life is None else seconds / (half_life * SECONDS_PER_DAY)
 
 
+def recency(category: str, seconds: float) -> float:
+    """The category's recency weight after `seconds`: 1 when new, halving every half-life."""
+    return float(0.5 ** halvings(category, seconds))
+
+
 class SearchIndex:
     """Term -> memory id -> BM25 weight times decay to the epoch, for every live memory's latest revision.
 
@@ -133,7 +138,7 @@ class SearchIndex:
                     half[term] = half.get(term, 0.0) + weight * HALF
         # A date ahead of this machine's clock (another device's) counts as now.
         updated = min(parse_iso(memory.updatedAt).timestamp(), time.time())
-        recency = 0.5 ** halvings(memory.category, self.epoch - updated)
+        weight = recency(memory.category, self.epoch - updated)
         denominator = BM25_K1 * (1 - BM25_B + BM25_B * length / TYPICAL_LENGTH)
         entry = Entry(
             memory=memory,
@@ -144,9 +149,9 @@ class SearchIndex:
             self.remove(memory.id)
             for term, frequency in full.items():
                 tf = frequency + half.pop(term, 0.0)
-                self._posting(term)[memory.id] = recency * tf * (BM25_K1 + 1) / (tf + denominator)
+                self._posting(term)[memory.id] = weight * saturate(tf, denominator)
             for term, tf in half.items():
-                self._posting(term)[memory.id] = recency * tf * (BM25_K1 + 1) / (tf + denominator)
+                self._posting(term)[memory.id] = weight * saturate(tf, denominator)
                 self.partial.setdefault(term, set()).add(memory.id)
             self.entries[memory.id] = entry
             self.categories[memory.id] = memory.category
@@ -210,7 +215,7 @@ class SearchIndex:
 
     def recency_since_epoch(self, category: str, now: float) -> float:
         """The decay from the epoch to `now` (epoch seconds): what a search multiplies by."""
-        return float(0.5 ** halvings(category, now - self.epoch))
+        return recency(category, now - self.epoch)
 
     def level(self, term: str, memory_id: str) -> float:
         """How fully a memory holds a term: 1, HALF (only as a part or inside a pair), or 0."""

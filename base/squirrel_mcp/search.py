@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from squirrel_mcp.index import HALF, SECONDS_PER_DAY, SearchIndex, halvings
+from squirrel_mcp.index import HALF, SECONDS_PER_DAY, SearchIndex, recency
 from squirrel_mcp.models import HALF_LIFE_DAYS, Revision
 from squirrel_mcp.text.tokens import (
     QueryWord,
@@ -47,7 +47,7 @@ NO_WORDS_NOTE = (
 
 def decay(category: str, age_days: float) -> float:
     """The category's recency weight: 1 when new, halving every half-life (HALF_LIFE_DAYS)."""
-    return float(0.5 ** halvings(category, max(0.0, age_days) * SECONDS_PER_DAY))
+    return recency(category, max(0.0, age_days) * SECONDS_PER_DAY)
 
 
 @dataclass(frozen=True)
@@ -151,10 +151,10 @@ def search(
                 for memory_id in matched.intersection(posting):
                     scores[memory_id] += gain * posting[memory_id]
         now_seconds = now.timestamp()
-        recency = {category: index.recency_since_epoch(category, now_seconds) for category in HALF_LIFE_DAYS}
+        fading = {category: index.recency_since_epoch(category, now_seconds) for category in HALF_LIFE_DAYS}
         categories = index.categories
         for memory_id, score in scores.items():
-            scores[memory_id] = score * recency[categories[memory_id]]
+            scores[memory_id] = score * fading[categories[memory_id]]
         total = len(scores)
         chosen: list[str] = list(scores)
         if limit is not None and limit < total:
