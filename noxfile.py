@@ -1,6 +1,8 @@
 """Every job of the project, one nox session each.
 
-    nox -s tests   ruff, mypy and every test (what .ci/run and the README run)
+    nox -s tests   ruff, mypy, every test and every gate (what .ci/run and the README run)
+    nox -s recall  the recall gate: lexical vs hybrid on the recall corpus; docs/recall.md
+    nox -s diagnose -- queries.json   recall on your own memories (ids, ranks, scores only)
     nox -s fetch_model  the shipped model's checked files into the plugin (cached)
     nox -s demo    the real server over stdio on a throwaway vault, lexical and hybrid
     nox -s build   both wheels into dist/
@@ -65,6 +67,28 @@ def tests(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
     session.run("pytest", *session.posargs)
+    run_recall(session)
+
+
+def run_recall(session: nox.Session) -> None:
+    """The recall gate, in a session that has the model and both distributions installed."""
+    session.run("python", "scripts/recall_gate.py")
+
+
+@nox.session(python=PYTHON)
+def recall(session: nox.Session) -> None:
+    """Lexical vs hybrid recall on the recall corpus with the real model; fails below the gate."""
+    fetch_model_files(session)
+    install_project(session, "requirements/runtime.txt")
+    run_recall(session)
+
+
+@nox.session(python=PYTHON)
+def diagnose(session: nox.Session) -> None:
+    """Where the memories you expect rank for your own queries: `nox -s diagnose -- queries.json`."""
+    fetch_model_files(session)
+    install_project(session, "requirements/runtime.txt")
+    session.run("squirrel-mcp-diagnose", *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from squirrel_mcp import search
 from squirrel_mcp.index import SearchIndex
 from squirrel_mcp_embeddings import fusion, plugin
-from tests.test_recall_corpus import CORPUS, NOW, QUERIES, hex_id, revision
+from tests.recall.corpus import CORPUS, NOW, QUERIES, hex_id, revision
 
 embedder = pytest.importorskip("squirrel_mcp_embeddings.embedder")
 

@@ -13,57 +13,16 @@ by words, which is what the hybrid gate measures.
 
 from __future__ import annotations
 
-import json
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
-
 import pytest
 
 from squirrel_mcp import search
 from squirrel_mcp.index import SearchIndex
-from squirrel_mcp.models import HALF_LIFE_DAYS, Revision
+from squirrel_mcp.models import HALF_LIFE_DAYS
 from squirrel_mcp.text.stopwords import STOPWORDS
-from squirrel_mcp.text.tokens import document_terms, query_words
+from squirrel_mcp.text.tokens import begins_with, document_terms, matches_prefixes, query_words
+from tests.recall.corpus import BY_ID, CORPUS, NOW, QUERIES, RANKING, SCRIPTS, SETS, TOP, measure, revision
 
-RECALL = Path(__file__).parent / "recall"
-# Ages are counted back from this moment; it lies in the past so no memory is dated ahead of the clock.
-NOW = datetime(2026, 6, 1, 12, tzinfo=UTC)
-TOP = 5
 FLOOR = 0.8
-
-
-def load(name: str) -> list[dict]:
-    return json.loads((RECALL / name).read_text(encoding="utf-8"))
-
-
-CORPUS = load("corpus.json")
-QUERIES = load("queries.json")
-RANKING = load("ranking.json")
-SCRIPTS = load("scripts.json")
-BY_ID = {memory["id"]: memory for memory in CORPUS}
-
-
-def hex_id(corpus_id: str) -> str:
-    """The 16-hex memory id for a corpus id: r001 -> 0000000000000001."""
-    return f"{int(corpus_id[1:]):016x}"
-
-
-def revision(memory: dict) -> Revision:
-    stamp = (NOW - timedelta(days=memory["ageDays"])).isoformat().replace("+00:00", "Z")
-    return Revision.model_validate(
-        {
-            "id": hex_id(memory["id"]),
-            "entity": memory["entity"],
-            "text": memory["text"],
-            "tags": memory["tags"],
-            "keywords": memory["keywords"],
-            "category": memory["category"],
-            "createdAt": stamp,
-            "updatedAt": stamp,
-            "revision": 1,
-            "change": "created",
-        }
-    )
 
 
 def memory_words(memory: dict) -> set[str]:
@@ -133,8 +92,18 @@ def test_paraphrase_shares_no_content_word(query: dict) -> None:
     words = query_content_words(query["query"])
     assert words, query
     for expected in query["expected"]:
-        shared = words & memory_words(BY_ID[expected])
+        held = memory_words(BY_ID[expected])
+        shared = words & held
         assert not shared, (query["query"], expected, sorted(shared))
+        # Nor is one the start of a memory word, as the search's prefix matching would find it.
+        starts = {
+            (word, term)
+            for word in words
+            if matches_prefixes(word)
+            for term in held
+            if begins_with(term, word)
+        }
+        assert not starts, (query["query"], expected, sorted(starts))
 
 
 @pytest.mark.parametrize("query", [q for q in QUERIES if q["kind"] == "exact"], ids=lambda q: q["id"])
@@ -145,6 +114,7 @@ def test_exact_query_shares_a_content_word(query: dict) -> None:
 
 
 def test_the_word_check_sees_hyphen_parts_and_pairs() -> None:
+    assert begins_with("university", "uni") and matches_prefixes("uni")
     assert "hole" in query_content_words("hole") & memory_words(BY_ID[RANKING[0]["expected"][0]])
     assert {"wifi", "wi", "fi"} <= query_content_words("Wi-Fi")
     assert "京" in query_content_words("京都") and "京都" in query_content_words("京都")
@@ -158,31 +128,14 @@ def index() -> SearchIndex:
     return SearchIndex([revision(memory) for memory in CORPUS])
 
 
-def measure(index: SearchIndex, queries: list[dict]) -> dict[str, float]:
-    """recall@1, recall@5 (share of a query's expected ids in the top k, at most k) and MRR, averaged."""
-    at1 = at5 = reciprocal = 0.0
-    for query in queries:
-        outcome = search.search(index, query["query"], NOW, limit=TOP)
-        ranked = [hit.memory.id for hit in outcome.hits]
-        expected = {hex_id(corpus_id) for corpus_id in query["expected"]}
-        at1 += len(expected.intersection(ranked[:1])) / min(len(expected), 1)
-        at5 += len(expected.intersection(ranked[:TOP])) / min(len(expected), TOP)
-        ranks = [rank for rank, memory_id in enumerate(ranked, 1) if memory_id in expected]
-        reciprocal += 1 / ranks[0] if ranks else 0.0
-    count = len(queries)
-    return {"recall@1": at1 / count, "recall@5": at5 / count, "MRR": reciprocal / count}
-
-
-SETS = {
-    "paraphrase": [q for q in QUERIES if q["kind"] == "paraphrase"],
-    "exact": [q for q in QUERIES if q["kind"] == "exact"],
-    "ranking": RANKING,
-    "scripts": SCRIPTS,
-}
-
-
 def test_lexical_recall(index: SearchIndex) -> None:
-    figures = {name: measure(index, queries) for name, queries in SETS.items()}
+    figures = {}
+    for name, queries in SETS.items():
+        ranked = [
+            [hit.memory.id for hit in search.search(index, query["query"], NOW, limit=TOP).hits]
+            for query in queries
+        ]
+        figures[name] = measure(queries, ranked)
     print("\nlexical recall on tests/recall (queries, recall@1, recall@5, MRR)")
     for name, figure in figures.items():
         print(

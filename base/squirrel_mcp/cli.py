@@ -34,6 +34,10 @@ class UserError(Exception):
     """Something the user can fix; the message says what."""
 
 
+# Errors a user can cause and fix: one line on stderr, no traceback (their messages hold no secret).
+USER_ERRORS = (UserError, ConfigError, StorageError, WrongPassphraseError, NoAccountError, ImportFileError)
+
+
 def _err(message: str) -> None:
     print(f"squirrel-mcp: {message}", file=sys.stderr)
 
@@ -172,14 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "import":
             return cmd_import(config, args.file)
         return cmd_serve(config)
-    except (
-        UserError,
-        ConfigError,
-        StorageError,
-        WrongPassphraseError,
-        NoAccountError,
-        ImportFileError,
-    ) as error:
+    except USER_ERRORS as error:
         _err(str(error))
         return 1
     except OSError as error:

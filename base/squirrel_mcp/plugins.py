@@ -228,6 +228,21 @@ class PluginHost:
         self._store = store
         store.listeners.append(self._changed)
 
+    def wait_started(self, timeout: float) -> bool:
+        """Wait until every plugin's startup hook has returned or failed; False if `timeout` passed first.
+
+        The server never waits (search is lexical until a plugin is ready); the recall
+        gate and the diagnostic do, so they measure the plugins' ranking, not a fall-back.
+        """
+        deadline = time.monotonic() + timeout
+        for worker in self._workers.values():
+            done = threading.Event()
+            # A worker runs its jobs in order, so this one runs once startup is over.
+            worker.submit(done.set)
+            if not done.wait(max(0.0, deadline - time.monotonic())):
+                return False
+        return True
+
     def _changed(self, revisions: Sequence[Revision]) -> None:
         changed = list(revisions)
         for name, worker in self._workers.items():

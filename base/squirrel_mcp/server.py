@@ -218,6 +218,57 @@ def describe_invalid(tool: str, error: ValidationError) -> str:
     return f"invalid arguments for {tool}: " + "; ".join(problems)
 
 
+def run_search(
+    store: MemoryStore,
+    host: PluginHost,
+    query: str,
+    *,
+    limit: int,
+    category: Category | None = None,
+    tags: list[str] | None = None,
+    near_misses: bool = False,
+    now: datetime,
+) -> SearchResult:
+    """What search_memory answers, as of `now`: the words' matches, ranked by the plugins.
+
+    The tool calls this; so do the recall gate and the diagnostic, so what they
+    measure is what an agent gets.
+    """
+    store.refresh()
+
+    def accepts(memory: Revision) -> bool:
+        return (category is None or memory.category == category) and _has_tags(memory, tags)
+
+    # Another ranker may rank any word match, so it gets all of them; lexical needs the top `limit`.
+    everything = host.has_rankers()
+    outcome = search.search(store.index, query, now, limit=None if everything else limit, keep=accepts)
+    if outcome.note is not None and not everything:
+        return SearchResult(results=[], total=0, ranking="lexical", note=outcome.note)
+    candidates = [Candidate(hit.memory, hit.score, hit.lexical_score) for hit in outcome.hits]
+    options = RankOptions(
+        limit=limit,
+        near_misses=near_misses,
+        category=category,
+        tags=tuple(tags or ()),
+        now=now,
+        accepts=accepts,
+    )
+    reader = MemoryReader(store)
+    ranked = host.rank(query, candidates, outcome.total, options, reader.get)
+    found = {candidate.memory.id: candidate.memory for candidate in candidates}
+    views = []
+    for hit in ranked.hits:
+        memory = found.get(hit.memory_id) or reader.get(hit.memory_id)
+        # check_ranking made sure of it; a memory deleted since then is simply left out.
+        if memory is not None:
+            views.append(_hit_view(memory, hit))
+    note = outcome.note
+    if note is not None and ranked.ranking == "hybrid":
+        # The spec: the note says the query cannot be searched, unless the semantic ranking ran.
+        note = MEANING_ONLY_NOTE
+    return SearchResult(results=views, total=ranked.total, ranking=ranked.ranking, note=note)
+
+
 class SquirrelServer(MCPServer):
     """MCPServer whose argument errors never echo the arguments back."""
 
@@ -295,40 +346,16 @@ def create_server(store: MemoryStore, plugins: PluginHost | None = None) -> MCPS
         low score means lower confidence, not a wrong answer, so check low hits against
         the question. If nothing fits, retry once with nearMisses: true.
         """
-        store.refresh()
-        now = datetime.now(UTC)
-
-        def accepts(memory: Revision) -> bool:
-            return (category is None or memory.category == category) and _has_tags(memory, tags)
-
-        # Another ranker may rank any word match, so it gets all of them; lexical needs the top `limit`.
-        everything = host.has_rankers()
-        outcome = search.search(store.index, query, now, limit=None if everything else limit, keep=accepts)
-        if outcome.note is not None and not everything:
-            return SearchResult(results=[], total=0, ranking="lexical", note=outcome.note)
-        candidates = [Candidate(hit.memory, hit.score, hit.lexical_score) for hit in outcome.hits]
-        options = RankOptions(
+        return run_search(
+            store,
+            host,
+            query,
             limit=limit,
-            near_misses=nearMisses,
             category=category,
-            tags=tuple(tags or ()),
-            now=now,
-            accepts=accepts,
+            tags=tags,
+            near_misses=nearMisses,
+            now=datetime.now(UTC),
         )
-        reader = MemoryReader(store)
-        ranked = host.rank(query, candidates, outcome.total, options, reader.get)
-        found = {candidate.memory.id: candidate.memory for candidate in candidates}
-        views = []
-        for hit in ranked.hits:
-            memory = found.get(hit.memory_id) or reader.get(hit.memory_id)
-            # check_ranking made sure of it; a memory deleted since then is simply left out.
-            if memory is not None:
-                views.append(_hit_view(memory, hit))
-        note = outcome.note
-        if note is not None and ranked.ranking == "hybrid":
-            # The spec: the note says the query cannot be searched, unless the semantic ranking ran.
-            note = MEANING_ONLY_NOTE
-        return SearchResult(results=views, total=ranked.total, ranking=ranked.ranking, note=note)
 
     @server.tool()
     def save_memory(

@@ -107,7 +107,7 @@ class Hybrid:
         self._embedder = embedder
         self._memories = memories
         self._notice = notice
-        self._stamp = stamp
+        self.stamp = stamp
         self.floor, self.span = floor, span
         self.path = path
         self.warm_up = warm_up
@@ -184,6 +184,25 @@ class Hybrid:
             self.embedded += len(batch)
             self._dirty = True
             longest = max(longest, self._clock() - began)
+
+    def warm_all(self) -> None:
+        """Embed every memory without a current vector, however long it takes.
+
+        Searches embed for at most `warm_up` seconds each; the recall gate and the
+        diagnostic call this first, so no result depends on how fast the machine was.
+        """
+        with self._lock:
+            self._warm([], float("inf"))
+            dirty = self._dirty
+        if dirty:
+            self._save_soon()
+
+    def cosines(self, query: str) -> dict[str, float]:
+        """The query's cosine to every memory that has a current vector, by memory id."""
+        with self._lock:
+            vector = self._embedder.embed([query])[0]
+            values = np.clip(self.table.matrix() @ vector, -1.0, 1.0)
+            return {memory_id: float(value) for memory_id, value in zip(self.table.ids, values, strict=True)}
 
     # Ranking ------------------------------------------------------------------
 
@@ -304,7 +323,7 @@ class Hybrid:
                 snapshot = self.table.copy()
                 self._dirty = False
             try:
-                vectors.save(self.path, snapshot, self._key, self._memories.account_id, self._stamp)
+                vectors.save(self.path, snapshot, self._key, self._memories.account_id, self.stamp)
             except OSError:
                 self._writable = False
                 self._notice(UNWRITABLE)

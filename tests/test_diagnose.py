@@ -1,0 +1,223 @@
+"""The recall diagnostic (squirrel-mcp-diagnose) on a vault holding the recall corpus, with the real model.
+
+What the spec promises and these tests check on the installed console script:
+it prints ids, ranks, scores and the user's own queries, never memory text,
+entities or tags (checked against every memory of the corpus); its vectors live
+in a temporary directory that is gone after a normal exit and after Ctrl-C; the
+server's own vector file is byte-identical before and after; the passphrase is
+asked on the terminal without echo when it is not in the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from squirrel_mcp.cli import UserError
+from squirrel_mcp.memories import MemoryStore
+from squirrel_mcp.storage.local import LocalVault
+from squirrel_mcp_embeddings.diagnose import read_questions
+from squirrel_mcp_embeddings.integrity import PACKAGED_MODEL_DIR
+from tests.conftest import PASSPHRASE, call, server_params
+from tests.recall.corpus import BY_ID, CORPUS, QUERIES, revision
+
+pytestmark = pytest.mark.skipif(
+    not (PACKAGED_MODEL_DIR / "model.onnx").exists(), reason="the model is not fetched (nox -s fetch_model)"
+)
+SCRIPT = Path(sys.executable).with_name("squirrel-mcp-diagnose")
+# The words the diagnostic prints around ids and numbers; anything else it prints is the user's query.
+TEMPLATE = set(
+    """memories model floor ranking as search memory with nearmisses match of near miss by meaning cosine
+    under above the not in first results or misses no vector hybrid lexical holds expected piece and more
+    an top matches queries sentence transformers all minilm l6 v2""".split()  # noqa: SIM905
+)
+ID_OR_NUMBER = re.compile(r"^(?:[0-9a-f]{16}|\d+)$")
+
+
+def questions(count: int) -> list[dict[str, str]]:
+    """Queries of the corpus, each expecting the first 24 characters of its first memory's text."""
+    chosen = [
+        {"query": query["query"], "expect": BY_ID[query["expected"][0]]["text"][:24]}
+        for query in (QUERIES * (count // len(QUERIES) + 1))[:count]
+    ]
+    return chosen
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A vault holding the corpus, and the vector file the real server wrote for it."""
+    root = tmp_path_factory.mktemp("diagnose")
+    env = {
+        "SQUIRREL_VAULT": str(root / "data" / "vault.sqlite3"),
+        "SQUIRREL_PASSPHRASE": PASSPHRASE,
+        "HOME": str(root / "home"),
+        "XDG_CACHE_HOME": str(root / "xdg-cache"),
+        "SQUIRREL_MCP_PLUGINS": "embeddings",
+        "SQUIRREL_MEMORY_CACHE_DIR": str(root / "cache"),
+    }
+    (root / "data").mkdir(mode=0o700)
+    store = MemoryStore.create(LocalVault(Path(env["SQUIRREL_VAULT"]), create=True), PASSPHRASE)
+    for memory in CORPUS:
+        store.import_history([revision(memory)])
+
+    async def search_until_hybrid() -> None:
+        async with Client(server_params(env)) as client:
+            deadline = time.monotonic() + 120
+            while (await call(client, "search_memory", query="peanuts"))["ranking"] != "hybrid":
+                assert time.monotonic() < deadline, "the server never ranked hybrid"
+                await anyio.sleep(0.2)
+
+    anyio.run(search_until_hybrid)
+    (vectors,) = (root / "cache" / "squirrel-notes").glob("memory-vectors-*.bin")
+    return {"env": env, "root": root, "vectors": vectors}
+
+
+def diagnostic_env(served: dict[str, Any], scratch: Path) -> dict[str, str]:
+    """The served vault's environment; temporary files go to `scratch`, output unbuffered."""
+    scratch.mkdir(exist_ok=True)
+    return {**served["env"], "PATH": os.environ["PATH"], "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1"}
+
+
+def fingerprint(path: Path) -> tuple[bytes, int]:
+    return path.read_bytes(), path.stat().st_mtime_ns
+
+
+def without_queries(output: str) -> str:
+    """The output less the lines echoing the user's own queries (`N. "query" (ranking …)`)."""
+    return "\n".join(line for line in output.splitlines() if not re.match(r"^\d+\. \"", line))
+
+
+def test_it_prints_ids_ranks_and_scores_never_memory_text(served: dict[str, Any], tmp_path: Path) -> None:
+    queries = tmp_path / "queries.json"
+    queries.write_text(json.dumps(questions(len(QUERIES))), encoding="utf-8")
+    before = fingerprint(served["vectors"])
+    done = subprocess.run(
+        [str(SCRIPT), str(queries)],
+        env=diagnostic_env(served, tmp_path / "scratch"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert fingerprint(served["vectors"]) == before
+    assert list((tmp_path / "scratch").iterdir()) == []
+    assert done.stderr.splitlines() == ["memory: local embeddings ready"]
+    report = without_queries(done.stdout)
+    assert report.count(" · cosine ") >= len(QUERIES)
+    # Every memory of the corpus: none of its text, entity or tags is printed.
+    leaked = []
+    for memory in CORPUS:
+        for value in [memory["text"], memory["entity"], *memory["tags"]]:
+            if value.casefold() in report.casefold() and value.casefold() not in TEMPLATE:
+                leaked.append(memory["id"])
+    assert leaked == []
+    # Stronger: every word printed is a template word, a memory id or a number.
+    words = set(re.findall(r"[^\W_]+", report.casefold()))
+    assert {word for word in words if word not in TEMPLATE and not ID_OR_NUMBER.match(word)} == set()
+
+
+def test_ctrl_c_deletes_the_temporary_vectors_and_leaves_the_servers_file(
+    served: dict[str, Any], tmp_path: Path
+) -> None:
+    queries = tmp_path / "queries.json"
+    queries.write_text(json.dumps(questions(1000)), encoding="utf-8")
+    scratch = tmp_path / "scratch"
+    before = fingerprint(served["vectors"])
+    running = subprocess.Popen(
+        [str(SCRIPT), str(queries)],
+        env=diagnostic_env(served, scratch),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert running.stdout is not None
+        header = running.stdout.readline()
+        assert " memories · model " in header
+        # The vectors were written to the temporary directory (the plugin saves them after embedding).
+        deadline = time.monotonic() + 60
+        while not list(scratch.glob("squirrel-diagnose-*/squirrel-notes/memory-vectors-*.bin")):
+            assert time.monotonic() < deadline, "no vector file appeared in the temporary directory"
+            time.sleep(0.05)
+        running.send_signal(signal.SIGINT)
+        out, err = running.communicate(timeout=60)
+    finally:
+        running.kill()
+    assert running.returncode == 130, err
+    assert "interrupted" in err
+    # It stopped part-way: far fewer than the 1000 queries were answered.
+    assert out.count("\n1000. ") == 0
+    assert list(scratch.iterdir()) == []
+    assert fingerprint(served["vectors"]) == before
+
+
+def test_the_passphrase_is_asked_without_echo(served: dict[str, Any], tmp_path: Path) -> None:
+    queries = tmp_path / "queries.json"
+    queries.write_text(json.dumps(questions(3)), encoding="utf-8")
+    env = diagnostic_env(served, tmp_path / "scratch")
+    del env["SQUIRREL_PASSPHRASE"]
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child: the diagnostic, with this pseudo-terminal as its terminal
+        os.execve(str(SCRIPT), [str(SCRIPT), str(queries)], env)
+    seen = b""
+    deadline = time.monotonic() + 300
+    answered = False
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(terminal, 4096)
+        except OSError:  # the child closed the terminal: it has exited
+            break
+        if not chunk:
+            break
+        seen += chunk
+        if not answered and b"Passphrase: " in seen:
+            os.write(terminal, PASSPHRASE.encode() + b"\n")
+            answered = True
+    _, status = os.waitpid(pid, 0)
+    os.close(terminal)
+    assert answered and os.waitstatus_to_exitcode(status) == 0, seen[-500:]
+    assert " memories · model " in seen.decode("utf-8", "replace")
+    assert PASSPHRASE.encode() not in seen
+    assert list((tmp_path / "scratch").iterdir()) == []
+
+
+def test_a_wrong_passphrase_is_one_line_and_leaves_nothing(served: dict[str, Any], tmp_path: Path) -> None:
+    queries = tmp_path / "queries.json"
+    queries.write_text(json.dumps(questions(1)), encoding="utf-8")
+    env = {**diagnostic_env(served, tmp_path / "scratch"), "SQUIRREL_PASSPHRASE": "not the passphrase"}
+    done = subprocess.run([str(SCRIPT), str(queries)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert len(done.stderr.splitlines()) == 1 and "passphrase" in done.stderr
+    assert "not the passphrase" not in done.stderr + done.stdout
+    assert list((tmp_path / "scratch").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ("[]", "non-empty list"),
+        ('[{"query": "a secret query", "expect": 3}]', "non-empty strings"),
+        ('[{"query": "a secret query"}]', "exactly the keys"),
+        ('[{"query": "a secret query", "expect": "x", "more": 1}]', "exactly the keys"),
+    ],
+)
+def test_a_bad_queries_file_is_refused_without_quoting_it(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "queries.json"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(UserError, match=message) as refused:
+        read_questions(path)
+    assert "secret" not in str(refused.value)

@@ -1,0 +1,73 @@
+"""The recall gate's conditions (scripts/recall_gate.py) hold and fail where they should.
+
+The gate itself runs in `nox -s recall` (and at the end of `nox -s tests`); here its
+`gate` function is given figures on either side of each threshold.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+GATE_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "recall_gate.py"
+
+
+@pytest.fixture(scope="module")
+def recall_gate() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("recall_gate", GATE_SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def figures(
+    paraphrase: tuple[float, float], exact: tuple[float, float], ranking: float, scripts: float
+) -> dict:
+    """recall@5 per ranking and set (recall@1 and MRR do not gate)."""
+
+    def one(value: float) -> dict[str, float]:
+        return {"recall@1": 0.0, "recall@5": value, "MRR": 0.0}
+
+    return {
+        "lexical": {
+            "paraphrase": one(paraphrase[0]),
+            "exact": one(exact[0]),
+            "ranking": one(ranking),
+            "scripts": one(scripts),
+        },
+        "hybrid": {
+            "paraphrase": one(paraphrase[1]),
+            "exact": one(exact[1]),
+            "ranking": one(1),
+            "scripts": one(1),
+        },
+    }
+
+
+def held(recall_gate: ModuleType, measured: dict) -> list[bool]:
+    return [ok for _, ok in recall_gate.gate(measured)]
+
+
+def test_the_gate_passes_at_its_thresholds(recall_gate: ModuleType) -> None:
+    assert held(recall_gate, figures((0.10, 0.25), (0.9, 0.9), 0.8, 0.8)) == [True] * 4
+
+
+@pytest.mark.parametrize(
+    ("measured", "failing"),
+    [
+        (((0.10, 0.24), (0.9, 0.9), 0.8, 0.8), 0),
+        (((0.10, 0.60), (0.9, 0.89), 0.8, 0.8), 1),
+        (((0.10, 0.60), (0.9, 0.9), 0.79, 0.8), 2),
+        (((0.10, 0.60), (0.9, 0.9), 0.8, 0.7), 3),
+    ],
+)
+def test_each_condition_fails_below_its_threshold(
+    recall_gate: ModuleType, measured: tuple, failing: int
+) -> None:
+    expected = [True] * 4
+    expected[failing] = False
+    assert held(recall_gate, figures(*measured)) == expected
