@@ -79,7 +79,7 @@ def run_recall(session: nox.Session) -> None:
 def recall(session: nox.Session) -> None:
     """Lexical vs hybrid recall on the recall corpus with the real model; fails below the gate."""
     fetch_model_files(session)
-    install_project(session, "requirements/runtime.txt")
+    install_project(session, "requirements/runtime.txt", "requirements/build.txt")
     run_recall(session)
 
 
@@ -87,7 +87,7 @@ def recall(session: nox.Session) -> None:
 def diagnose(session: nox.Session) -> None:
     """Where the memories you expect rank for your own queries: `nox -s diagnose -- queries.json`."""
     fetch_model_files(session)
-    install_project(session, "requirements/runtime.txt")
+    install_project(session, "requirements/runtime.txt", "requirements/build.txt")
     session.run("squirrel-mcp-diagnose", *session.posargs)
 
 
