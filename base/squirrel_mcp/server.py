@@ -33,6 +33,7 @@ from squirrel_mcp.models import (
 )
 from squirrel_mcp.plugins import PluginHost, get_plugin_manager
 from squirrel_mcp.ranking import Candidate, RankedHit, RankOptions
+from squirrel_mcp.stdio import stdio_transport
 
 INSTRUCTIONS = """\
 A private, encrypted memory of the user. Call get_context at the start of a session.
@@ -219,7 +220,14 @@ def describe_invalid(tool: str, error: ValidationError) -> str:
 
 
 class SquirrelServer(MCPServer):
-    """MCPServer whose argument errors never echo the arguments back."""
+    """MCPServer whose argument errors never echo the arguments back, and that answers every bad line."""
+
+    async def run_stdio_async(self) -> None:
+        """Serve over stdio through squirrel_mcp.stdio, which answers lines the SDK would drop."""
+        async with stdio_transport() as (read_stream, write_stream):
+            await self._lowlevel_server.run(
+                read_stream, write_stream, self._lowlevel_server.create_initialization_options()
+            )
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
