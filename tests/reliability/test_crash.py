@@ -445,3 +445,23 @@ def test_kill_the_vector_file_writer(tmp_path: Path) -> None:
     assert runs >= min(VECTOR_RUNS, 25)
     assert bad == 0
     assert not left_after
+
+
+def test_a_write_removes_stale_temp_files_and_keeps_young_ones(tmp_path: Path) -> None:
+    target = tmp_path / "memory-vectors-abc.bin"
+    target.write_bytes(b"old")
+    stale = tmp_path / f".{target.name}.killed01.tmp"
+    young = tmp_path / f".{target.name}.writing2.tmp"
+    other = tmp_path / ".another-file.bin.killed03.tmp"
+    for temp in (stale, young, other):
+        temp.write_bytes(b"partial")
+    aged = time.time() - STALE_TEMP_SECONDS - 60
+    os.utime(stale, (aged, aged))
+    os.utime(other, (aged, aged))
+    atomic_write(target, b"new")
+    assert target.read_bytes() == b"new"
+    # The stale one of this file goes; one another live process may be writing stays, as
+    # does a stale temp of some other file (its own next write removes it).
+    assert not stale.exists()
+    assert young.exists()
+    assert other.exists()
