@@ -26,8 +26,9 @@ METHODS = {
     "crash-server": (
         "The real server (`python -m squirrel_mcp`) over stdio, driven by a minimal JSON-RPC "
         "client that owns the process: saves, corrections, deletes and restores until a SIGKILL "
-        "sent at a random moment 0.3-2.0 s after spawn (start-up takes ~1 s, so some kills land "
-        "while the vault is being opened, most in the middle of calls). After each kill a fresh "
+        "at a random moment: 0-1 s after spawn in every fourth run (start-up takes ~1 s: the "
+        "kill lands while the vault is being opened), 0-1 s after the handshake in the others "
+        "(in the middle of calls). After each kill a fresh "
         "connection runs SQLite's integrity check, a fresh unlock must hold every acknowledged "
         "revision with the text the answer showed, and the next run restarts the server on the "
         "same vault. At the end every stored record must decrypt."

@@ -4,8 +4,8 @@ Three kinds of run, each ended by SIGKILL at a random moment:
 
 - server: the real server (`python -m squirrel_mcp`) over stdio, driven by a minimal
   JSON-RPC client of this file (so the test owns the process and its pid): saves,
-  corrections, deletes and restores until the kill, which lands anywhere from start-up
-  (unlocking the vault) to the middle of a call.
+  corrections, deletes and restores until the kill, which lands during start-up
+  (unlocking the vault) in every fourth run and 0-1 s into the calls in the others.
 - store: a child forked by crash_worker.py that drives the real MemoryStore on a
   LocalVault in a loop and prints each write that returned; ~50-100x cheaper than a
   server start, so these runs are many.
@@ -172,11 +172,18 @@ class RawServer:
         return code
 
 
-def drive_server(server: RawServer, rng: random.Random, live: list[str], dead: list[str]) -> list[Ack]:
-    """Save, correct, delete, restore until the server is gone; the acknowledged revisions."""
+def drive_server(
+    server: RawServer, rng: random.Random, live: list[str], dead: list[str], killer: threading.Timer
+) -> list[Ack]:
+    """Save, correct, delete, restore until the server is gone; the acknowledged revisions.
+
+    `killer` is started once the server answered the handshake, unless it already runs.
+    """
     acks: list[Ack] = []
     try:
         server.initialize()
+        if not killer.is_alive():
+            killer.start()
         for n in range(2_000):
             roll = rng.random()
             if not live or roll < 0.5:
@@ -211,17 +218,24 @@ def test_kill_the_server_while_it_writes(tmp_path: Path, vault_env: dict[str, st
     live: list[str] = []
     dead: list[str] = []
     every_ack: list[Ack] = []
-    runs = 0
+    runs = startup_kills = 0
     lost: set[Ack] = set()
     started = time.monotonic()
     while runs < SERVER_RUNS and time.monotonic() - started < SERVER_SECONDS:
         server = RawServer(vault_env, tmp_path / "stderr.log")
-        # From the middle of start-up (~1 s: imports, unlock) to well into the calls.
-        killer = threading.Timer(rng.uniform(0.3, 2.0), server.kill)
-        killer.start()
+        if runs % 4 == 0:
+            # Every fourth run dies during start-up (~1 s: imports, unlocking the vault)...
+            killer = threading.Timer(rng.uniform(0.0, 1.0), server.kill)
+            killer.start()
+            startup_kills += 1
+        else:
+            # ...the others 0-1 s after the handshake, in the middle of the calls.
+            killer = threading.Timer(rng.uniform(0.0, 1.0), server.kill)
         try:
-            acks = drive_server(server, rng, live, dead)
+            acks = drive_server(server, rng, live, dead, killer)
         finally:
+            if not killer.is_alive() and not killer.finished.is_set():
+                killer.start()
             killer.join()
             code = server.wait()
         runs += 1
@@ -245,7 +259,8 @@ def test_kill_the_server_while_it_writes(tmp_path: Path, vault_env: dict[str, st
         inputs_tried=len(every_ack),
         data_lost=len(lost) + unreadable,
         seconds=time.monotonic() - started,
-        notes="real server over stdio, SIGKILL 0.3-2.0 s after spawn (start-up or mid-call); "
+        notes=f"real server over stdio, SIGKILL: {startup_kills} runs 0-1 s after spawn (start-up), "
+        f"{runs - startup_kills} runs 0-1 s after the handshake (mid-call); "
         f"{len(every_ack)} acknowledged writes checked after every restart",
     )
     assert runs >= min(SERVER_RUNS, 10)
