@@ -66,7 +66,8 @@ METHODS = {
         "get_memory 15%, list_memories 11%, get_context 1%, save 16%, correct 10%, "
         "delete/restore 7%). Every call must succeed; the server's RSS is read from "
         "/proc/<pid>/status before the first call and after every 100; it must grow less than "
-        "10% from call 500 to the end."
+        "10% from call 500 to call 2,000. Then 500 more calls that only read (search, get, list, "
+        "get_context), which add no data: RSS must grow less than 2 MiB over them."
     ),
 }
 
@@ -133,9 +134,10 @@ def soak_section() -> list[str]:
         "",
         f"{soak['memories']:,} memories (seeded in {soak['seeding_seconds']} s), "
         f"{soak['calls']:,} calls over stdio. RSS = VmRSS of the server process. "
-        f"Growth from call {soak['warm_up']} to the end: "
+        f"Growth from call {soak['warm_up']} to call {soak['calls'] - soak['read_tail']:,}: "
         f"{soak['growth_after_warm_up']:+.1%} (the calls add memories and revisions, which the "
-        "server keeps decrypted in memory).",
+        f"server keeps decrypted in memory); over the last {soak['read_tail']} calls, which only "
+        f"read: {soak['read_tail_growth_kib'] / 1024:+.1f} MiB.",
         "",
         "| calls | RSS (MiB) | seconds |",
         "|---:|---:|---:|",

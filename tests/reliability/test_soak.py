@@ -9,9 +9,10 @@ deletes and restores 7%. Every call must succeed. The server's resident set size
 /proc/<pid>/status) is read before the first call and after every 100; the curve is
 written to build/reliability/rss/soak.json for docs/reliability.md.
 
-"Flat" means: from call WARM_UP to the last, RSS grows by less than GROWTH_LIMIT of
+"Flat" means: from call WARM_UP to call 2,000, RSS grows by less than GROWTH_LIMIT of
 its value at WARM_UP (the calls add ~300 memories and ~200 revisions to the 10,000,
-so a little growth is data, not a leak).
+so a little growth is data), and over READ_TAIL more calls that only read (search,
+get, list, get_context), which add no data, by less than READ_TAIL_LIMIT_KIB.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ CALLS = 2_000
 SAMPLE_EVERY = 100
 WARM_UP = 500
 GROWTH_LIMIT = 0.10
+# Then calls that only read: they add no data, so RSS must stay within allocator noise.
+READ_TAIL = 500
+READ_TAIL_LIMIT_KIB = 2048
 SECONDS = 240.0
 SEED = 8
 
@@ -96,6 +100,41 @@ def seed_vault(path: Path, rng: random.Random, words: list[str]) -> list[str]:
         store._storage.close()
 
 
+async def one_call(
+    client: Client, rng: random.Random, words: list[str], live: list[str], deleted: list[str], *, reads: bool
+) -> str:
+    """One call of the mix (only reads when `reads`); the tool's name. Any error fails the test."""
+    roll = rng.random() * (0.67 if reads else 1.0)
+    if roll < 0.40:
+        query = " ".join(rng.choices(words[:300], k=rng.randint(1, 4)))
+        await call(client, "search_memory", query=query, nearMisses=rng.random() < 0.2)
+        return "search_memory"
+    if roll < 0.55:
+        await call(client, "get_memory", id=rng.choice(live), history=rng.random() < 0.3)
+        return "get_memory"
+    if roll < 0.66:
+        await call(client, "list_memories", offset=rng.randrange(0, 5_000), limit=50)
+        return "list_memories"
+    if roll < 0.67:
+        await call(client, "get_context")
+        return "get_context"
+    if roll < 0.83:
+        live.append((await call(client, "save_memory", text=sentence(rng, words)))["memory"]["id"])
+        return "save_memory"
+    if roll < 0.93:
+        await call(client, "update_memory", id=rng.choice(live), text=sentence(rng, words))
+        return "update_memory"
+    if roll < 0.97 or not deleted:
+        target = live.pop(rng.randrange(len(live)))
+        await call(client, "delete_memory", id=target)
+        deleted.append(target)
+        return "delete_memory"
+    target = deleted.pop(rng.randrange(len(deleted)))
+    await call(client, "restore_memory", id=target)
+    live.append(target)
+    return "restore_memory"
+
+
 async def test_soak_10000_memories_2000_calls(cheap_vault_env: dict[str, str]) -> None:
     rng = random.Random(SEED)
     words = vocabulary(rng)
@@ -111,49 +150,23 @@ async def test_soak_10000_memories_2000_calls(cheap_vault_env: dict[str, str]) -
         (pid,) = server_pids()
         curve.append((0, rss_kib(pid), 0.0))
         made = 0
-        for made in range(1, CALLS + 1):
+        for made in range(1, CALLS + READ_TAIL + 1):
             if time.monotonic() - started > SECONDS:
                 made -= 1
                 break
-            roll = rng.random()
             began = time.monotonic()
-            if roll < 0.40:
-                kind = "search_memory"
-                query = " ".join(rng.choices(words[:300], k=rng.randint(1, 4)))
-                await call(client, kind, query=query, nearMisses=rng.random() < 0.2)
-            elif roll < 0.55:
-                kind = "get_memory"
-                await call(client, kind, id=rng.choice(live), history=rng.random() < 0.3)
-            elif roll < 0.66:
-                kind = "list_memories"
-                await call(client, kind, offset=rng.randrange(0, 5_000), limit=50)
-            elif roll < 0.67:
-                kind = "get_context"
-                await call(client, kind)
-            elif roll < 0.83:
-                kind = "save_memory"
-                live.append((await call(client, kind, text=sentence(rng, words)))["memory"]["id"])
-            elif roll < 0.93:
-                kind = "update_memory"
-                await call(client, kind, id=rng.choice(live), text=sentence(rng, words))
-            elif roll < 0.97 or not deleted:
-                kind = "delete_memory"
-                target = live.pop(rng.randrange(len(live)))
-                await call(client, kind, id=target)
-                deleted.append(target)
-            else:
-                kind = "restore_memory"
-                target = deleted.pop(rng.randrange(len(deleted)))
-                await call(client, kind, id=target)
-                live.append(target)
+            kind = await one_call(client, rng, words, live, deleted, reads=made > CALLS)
             kinds[kind] = kinds.get(kind, 0) + 1
             busy[kind] = busy.get(kind, 0.0) + time.monotonic() - began
             if made % SAMPLE_EVERY == 0:
                 curve.append((made, rss_kib(pid), round(time.monotonic() - started, 1)))
     seconds = time.monotonic() - started
-    at_warm_up = next(kib for calls, kib, _ in curve if calls == WARM_UP)
-    after = [kib for calls, kib, _ in curve if calls >= WARM_UP]
-    growth = (max(after) - at_warm_up) / at_warm_up
+    rss_at = {calls: kib for calls, kib, _ in curve}
+    at_warm_up = rss_at[WARM_UP]
+    growth = (
+        max(kib for calls, kib in rss_at.items() if WARM_UP <= calls <= CALLS) - at_warm_up
+    ) / at_warm_up
+    tail_kib = max(kib for calls, kib in rss_at.items() if calls >= CALLS) - rss_at[CALLS]
     (FIGURES_DIR / "rss").mkdir(parents=True, exist_ok=True)
     (FIGURES_DIR / "rss" / "soak.json").write_text(
         json.dumps(
@@ -163,6 +176,8 @@ async def test_soak_10000_memories_2000_calls(cheap_vault_env: dict[str, str]) -
                 "seeding_seconds": round(seeding, 1),
                 "warm_up": WARM_UP,
                 "growth_after_warm_up": round(growth, 4),
+                "read_tail": READ_TAIL,
+                "read_tail_growth_kib": tail_kib,
                 "calls_by_tool": dict(sorted(kinds.items())),
                 "mean_ms_by_tool": {
                     kind: round(1000 * busy[kind] / kinds[kind], 1) for kind in sorted(kinds)
@@ -182,8 +197,9 @@ async def test_soak_10000_memories_2000_calls(cheap_vault_env: dict[str, str]) -
         seconds=seconds,
         notes=f"{MEMORIES} memories seeded in-process through MemoryStore ({seeding:.0f} s), then {made} "
         f"mixed calls over stdio, 0 errors; RSS {curve[0][1] // 1024} MiB at start, "
-        f"{at_warm_up // 1024} MiB at call {WARM_UP}, {curve[-1][1] // 1024} MiB at the end "
-        f"({growth:+.1%} after warm-up)",
+        f"{at_warm_up // 1024} MiB at call {WARM_UP}, {rss_at[CALLS] // 1024} MiB at call {CALLS} "
+        f"({growth:+.1%} after warm-up); then {READ_TAIL} read-only calls: {tail_kib / 1024:+.1f} MiB",
     )
-    assert made == CALLS
+    assert made == CALLS + READ_TAIL
     assert growth < GROWTH_LIMIT, curve
+    assert tail_kib < READ_TAIL_LIMIT_KIB, curve
