@@ -80,7 +80,7 @@ def run_reliability(session: nox.Session) -> None:
     shutil.rmtree("build/reliability", ignore_errors=True)
     try:
         # Every loop in these checks is bounded by count and time; the timeout is a backstop.
-        session.run("pytest", "tests/reliability", "--timeout=900")
+        session.run("pytest", "tests/reliability", "--timeout=900", "--durations=0")
     finally:
         session.run("python", "scripts/reliability_report.py")
 

@@ -146,8 +146,10 @@ async def test_soak_10000_memories_2000_calls(cheap_vault_env: dict[str, str]) -
     busy: dict[str, float] = {}
     curve: list[tuple[int, int, float]] = []
     started = time.monotonic()
+    before = set(server_pids())
     async with Client(server_params(cheap_vault_env)) as client:
-        (pid,) = server_pids()
+        # The server this client started (not one another test left running).
+        (pid,) = set(server_pids()) - before
         curve.append((0, rss_kib(pid), 0.0))
         made = 0
         for made in range(1, CALLS + READ_TAIL + 1):
