@@ -51,6 +51,16 @@ METHODS = {
         "memory revision it names, and it must hold no fewer rows than the last write that "
         "returned. A fresh vault every 10 runs keeps the file a few MB."
     ),
+    "crash-plugin": (
+        "The real server with the real embeddings plugin and model (as installed by nox), on a "
+        "vault of 200 memories: once searches rank hybrid, it saves a memory and searches in a "
+        "loop (each search embeds the new memory, then the plugin's saver thread rewrites the "
+        "vector file) until a SIGKILL 0-2 s later. After each kill: every acknowledged save is "
+        "in the vault, the vector file opens with the running model's stamp, every row names a "
+        "current memory revision, and 20 sampled rows equal the model's own vectors of those "
+        "memories. Few runs (each loads the model); the forked crash-vectors check is the one "
+        "that lands kills mid-write in numbers."
+    ),
     "concurrency": (
         "Two real servers over stdio on one vault, each with its own mcp client, side by side: "
         "500 writes each (a save, or a correction of a memory either saved; half of the "

@@ -12,6 +12,9 @@ Three kinds of run, each ended by SIGKILL at a random moment:
 - vectors: a forked child that saves memories and has the embeddings plugin's Hybrid
   (with a stand-in embedder) embed them and write its vector file, by its saver thread
   and by flush(), until killed mid-write.
+- plugin: a few runs of the real server with the real embeddings plugin and model,
+  saving and searching (so the plugin's saver thread rewrites the vector file) until
+  killed.
 
 After every kill: the vault opens (a fresh connection, SQLite's integrity check),
 every acknowledged revision is there with the text that was sent, every stored record
@@ -38,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from squirrel_mcp.files import STALE_TEMP_SECONDS, atomic_write
 from squirrel_mcp.memories import MemoryOperationError, MemoryReader, MemoryStore
@@ -56,6 +60,8 @@ SERVER_RUNS, SERVER_SECONDS = 16, 60.0
 STORE_RUNS, STORE_SECONDS = 200, 75.0
 STORE_RUNS_PER_VAULT = 40
 VECTOR_RUNS, VECTOR_SECONDS = 50, 60.0
+# The real plugin's check: few runs (each loads the model, ~3 s), on a vault of this many memories.
+PLUGIN_RUNS, PLUGIN_SECONDS, PLUGIN_SEEDED = 3, 60.0, 200
 # The vector check starts a fresh vault (and file) this often, so files stay a few MB.
 VECTOR_RUNS_PER_VAULT = 10
 
@@ -480,3 +486,104 @@ def test_a_write_removes_stale_temp_files_and_keeps_young_ones(tmp_path: Path) -
     assert not stale.exists()
     assert young.exists()
     assert other.exists()
+
+
+def test_kill_the_server_while_the_real_plugin_keeps_vectors(
+    tmp_path: Path, vault_env: dict[str, str]
+) -> None:
+    """The real server with the real embeddings plugin and model, killed while it saves and searches."""
+    from squirrel_mcp_embeddings import embedder
+    from squirrel_mcp_embeddings.integrity import ModelNotLoaded
+    from squirrel_mcp_embeddings.plugin import RECIPE_VERSION, manifest_sha256
+
+    try:
+        model = embedder.load()
+    except ModelNotLoaded as error:
+        pytest.skip(f"the model is not fetched ({error.reason}): nox -s fetch_model")
+    stamp = vectors.Stamp(model.manifest.model, manifest_sha256(), RECIPE_VERSION, model.manifest.dimensions)
+    vault = Path(vault_env["SQUIRREL_VAULT"])
+    create_vault(vault)
+    seeded = open_vault(vault)
+    try:
+        for n in range(PLUGIN_SEEDED):
+            seeded.save(
+                entity="user", text=f"seeded memory {n} about acorns", category="note", tags=[], keywords=[]
+            )
+        account_id = seeded.account_id
+    finally:
+        seeded._storage.close()
+    env = {
+        **vault_env,
+        "SQUIRREL_MCP_PLUGINS": "embeddings",
+        "SQUIRREL_MEMORY_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    path = vectors.vector_path(account_id, {vectors.CACHE_DIR_VARIABLE: env["SQUIRREL_MEMORY_CACHE_DIR"]})
+    rng = random.Random(SEED + 3)
+    runs = rows_checked = bad = hybrid_searches = 0
+    every_ack: list[Ack] = []
+    started = time.monotonic()
+    while runs < PLUGIN_RUNS and time.monotonic() - started < PLUGIN_SECONDS:
+        server = RawServer(env, tmp_path / "stderr.log")
+        killer = threading.Timer(rng.uniform(0.0, 2.0), server.kill)
+        try:
+            server.initialize()
+            # The model loads in the background: search until the plugin ranks (bounded).
+            ready_by = time.monotonic() + 60
+            while server.call("search_memory", query="acorns")["ranking"] != "hybrid":
+                assert time.monotonic() < ready_by, "the plugin never became ready"
+                time.sleep(0.2)
+            killer.start()
+            for n in range(10_000):
+                text = f"plugin run {runs} memory {n} about oak trees"
+                memory = server.call("save_memory", text=text)["memory"]
+                every_ack.append((memory["id"], memory["revision"], memory["text"], False))
+                # Embeds the new memory; the plugin's saver thread then rewrites the file.
+                hybrid_searches += server.call("search_memory", query="oak trees")["ranking"] == "hybrid"
+        except ServerGone:
+            pass
+        finally:
+            if not killer.is_alive() and not killer.finished.is_set():
+                killer.start()
+            killer.join()
+            code = server.wait()
+        runs += 1
+        assert code == -signal.SIGKILL, (code, (tmp_path / "stderr.log").read_text())
+        store = open_vault(vault)
+        try:
+            bad += len(lost_acks(store, every_ack))
+            try:
+                table = vectors.load(
+                    path, MemoryReader(store).derive_key(vectors.KEY_PURPOSE), account_id, stamp
+                )
+            except vectors.VectorFileError:
+                bad += 1
+                continue
+            assert table is not None, "the plugin never wrote its vector file"
+            reader = MemoryReader(store)
+            rows = list(zip(table.ids, table.revisions, strict=True))
+            rows_checked += len(rows)
+            for memory_id, number in rows:
+                memory = reader.get(memory_id)
+                bad += memory is None or memory.revision != number
+            # The model's own vectors, recomputed for a sample of rows.
+            sample = [reader.get(memory_id) for memory_id, _ in rng.sample(rows, k=min(20, len(rows)))]
+            present = [memory for memory in sample if memory is not None]
+            expected = model.embed([recipe(memory) for memory in present])
+            for memory, vector in zip(present, expected, strict=True):
+                bad += not np.allclose(table.vector(memory.id), vector, atol=1e-4)
+        finally:
+            store._storage.close()
+    record(
+        "crash-plugin",
+        runs=runs,
+        faults_injected=runs,
+        inputs_tried=rows_checked,
+        data_lost=bad,
+        seconds=time.monotonic() - started,
+        notes=f"real server with the real embeddings plugin and model, {PLUGIN_SEEDED} memories; once it "
+        f"ranks hybrid, save+search (the saver thread rewrites the vector file) until SIGKILL 0-2 s later; "
+        f"{len(every_ack)} acknowledged saves, {hybrid_searches} hybrid searches; after each kill the "
+        "file opens, every row names a current revision, 20 rows equal the model's vectors",
+    )
+    assert runs >= 1
+    assert bad == 0
