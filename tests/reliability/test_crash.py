@@ -139,7 +139,8 @@ class RawServer:
         assert self.process.stdout is not None
         while True:
             line = self.process.stdout.readline()
-            if not line:
+            if not line.endswith(b"\n"):
+                # EOF, possibly after part of an answer: the kill came first, nothing was acknowledged.
                 raise ServerGone
             message = json.loads(line)
             if message.get("id") == self._next_id:
