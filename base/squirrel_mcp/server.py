@@ -49,6 +49,8 @@ MEANING_ONLY_NOTE = (
     "any results were found only by meaning."
 )
 MAX_LIST_LIMIT = 100
+# How many problems an invalid-arguments error lists.
+MAX_PROBLEMS = 8
 
 
 class _DropNone(BaseModel):
@@ -214,8 +216,12 @@ def _has_tags(memory: Revision, tags: list[str] | None) -> bool:
 def describe_invalid(tool: str, error: ValidationError) -> str:
     """A validation error without the rejected values: they may be memory text."""
     problems = [
-        f"{'.'.join(str(part) for part in e['loc']) or 'arguments'}: {e['msg']}" for e in error.errors()
+        f"{'.'.join(str(part) for part in e['loc']) or 'arguments'}: {e['msg']}"
+        for e in error.errors(include_input=False)
     ]
+    # Forty bad tags make forty problems; the first few say what to fix.
+    if len(problems) > MAX_PROBLEMS:
+        problems[MAX_PROBLEMS:] = [f"and {len(problems) - MAX_PROBLEMS} more"]
     return f"invalid arguments for {tool}: " + "; ".join(problems)
 
 
@@ -238,6 +244,10 @@ class SquirrelServer(MCPServer):
         except ToolError as error:
             if isinstance(error.__cause__, ValidationError):
                 raise ToolError(describe_invalid(name, error.__cause__)) from error.__cause__
+            known = sorted(tool.name for tool in await self.list_tools())
+            if name not in known:
+                # The SDK's message repeats the name, whatever its length or content.
+                raise ToolError(f"unknown tool; this server's tools are {', '.join(known)}") from None
             raise
 
 

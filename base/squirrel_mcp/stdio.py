@@ -38,12 +38,15 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
+# What JSON counts as whitespace (str.strip() would also take away \x1c, \x85, ...).
+JSON_WHITESPACE = " \t\r\n"
 NOT_JSON = "Parse error: the message is not valid JSON (or is nested too deeply)"
 NOT_UNICODE = (
     "Invalid params: the message holds a lone surrogate escape (\\ud800-\\udfff without its pair), "
     "which is not valid Unicode text; nothing was done"
 )
 NOT_A_MESSAGE = "Invalid request: the message is not a JSON-RPC 2.0 request, notification or response"
+TOO_DEEP = "Invalid request: the message nests arrays or objects too deeply to be read"
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,43 @@ def _request_id(data: object) -> int | str | None:
     return None
 
 
+def _top_level_id(line: str) -> int | str | None:
+    """The id of the JSON object on `line`, found without parsing what it nests.
+
+    For a line Python's JSON reader gives up on (too deep, or broken after the id),
+    so that the refusal still reaches the request that is waiting for it.
+    """
+    decoder = json.JSONDecoder()
+    depth, position, expecting_key = 0, 0, False
+    while position < len(line):
+        char = line[position]
+        if char == '"':
+            try:
+                text, position = decoder.raw_decode(line, position)
+            except ValueError:
+                return None
+            if depth == 1 and expecting_key and text == "id":
+                rest = line[position:].lstrip()
+                if not rest.startswith(":"):
+                    return None
+                try:
+                    value, _ = decoder.raw_decode(rest[1:].lstrip())
+                except (ValueError, RecursionError):
+                    return None
+                return _request_id({"id": value})
+            expecting_key = False
+            continue
+        if char in "{[":
+            depth += 1
+            expecting_key = depth == 1 and char == "{"
+        elif char in "}]":
+            depth -= 1
+        elif char == "," and depth == 1:
+            expecting_key = True
+        position += 1
+    return None
+
+
 def _is_request_like(data: object) -> bool:
     """True when the sender expects an answer: it carries an id (a notification has none)."""
     return not isinstance(data, dict) or "id" in data
@@ -84,25 +124,28 @@ def read_message(line: str) -> JSONRPCMessage | Refusal | None:
     """The message on one line; or the refusal to answer it with; or None when it needs no answer."""
     try:
         return jsonrpc_message_adapter.validate_json(line, by_name=False)
-    except ValidationError:
-        pass
+    except ValidationError as error:
+        # pydantic's JSON reader refused the text itself (not only its shape): a lone
+        # surrogate, or more nesting than it reads, if Python's reader takes it.
+        json_refused = any(e["type"] == "json_invalid" for e in error.errors(include_input=False))
     try:
         data: Any = json.loads(line)
     except (ValueError, RecursionError):
-        if not line.strip():
+        if not line.strip(JSON_WHITESPACE):
             return None
-        return _refuse(None, PARSE_ERROR, NOT_JSON)
+        return _refuse(_top_level_id(line), PARSE_ERROR, NOT_JSON)
     if not _is_request_like(data):
         return None
     request_id = _request_id(data)
+    if not json_refused:
+        return _refuse(request_id, INVALID_REQUEST, NOT_A_MESSAGE)
     try:
-        # Python's reader keeps a lone surrogate that pydantic's refused; re-encoding finds it.
         json.dumps(data, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         return _refuse(request_id, INVALID_PARAMS, NOT_UNICODE)
     except (ValueError, RecursionError):
         pass
-    return _refuse(request_id, INVALID_REQUEST, NOT_A_MESSAGE)
+    return _refuse(request_id, INVALID_REQUEST, TOO_DEEP)
 
 
 @contextmanager
@@ -126,8 +169,11 @@ async def stdio_transport() -> AsyncIterator[
     try:
         with _claim(0, "rb", null) as wire_in, _claim(1, "wb", 2) as wire_out:
             # Undecodable bytes become U+FFFD, as in the SDK; the models then judge the text.
-            stdin = anyio.wrap_file(io.TextIOWrapper(wire_in, encoding="utf-8", errors="replace"))
-            stdout = anyio.wrap_file(io.TextIOWrapper(wire_out, encoding="utf-8"))
+            # Lines end at "\n" only (the MCP stdio framing): a stray "\r" is JSON whitespace.
+            stdin = anyio.wrap_file(
+                io.TextIOWrapper(wire_in, encoding="utf-8", errors="replace", newline="\n")
+            )
+            stdout = anyio.wrap_file(io.TextIOWrapper(wire_out, encoding="utf-8", newline="\n"))
             to_session, incoming = anyio.create_memory_object_stream[SessionMessage | Exception](0)
             outgoing, to_wire = anyio.create_memory_object_stream[SessionMessage](0)
             replies = outgoing.clone()
