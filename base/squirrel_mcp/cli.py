@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -66,8 +67,13 @@ def open_store(config: Config, *, create: bool) -> MemoryStore:
             if not create:
                 raise NoAccountError(f"the vault at {config.vault_path} holds no account")
             store = MemoryStore.create(vault, passphrase)
-            if not existed:
-                _err(f"created a new vault at {config.vault_path}")
+            # An existing file without an account is one whose creation was cut short,
+            # or one emptied since: either way the user should hear of the new account.
+            _err(
+                f"created a new vault at {config.vault_path}"
+                if not existed
+                else f"the vault at {config.vault_path} held no account; created a new one in it"
+            )
             return store
         return MemoryStore.unlock(vault, passphrase)
     except BaseException:
@@ -181,6 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         ImportFileError,
     ) as error:
         _err(str(error))
+        return 1
+    except sqlite3.DatabaseError as error:
+        # Pages of the vault damaged past its header (the header is checked on opening).
+        _err(f"the vault at {config.vault_path} is damaged and cannot be read ({error})")
         return 1
     except OSError as error:
         # A missing or unreadable file given on the command line; the path is the user's own.
