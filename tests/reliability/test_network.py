@@ -90,7 +90,11 @@ def network_use(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_the_hook_records_a_connection_attempt(tmp_path: Path) -> None:
     """Control: with the hook in place, a process that tries to connect is caught."""
     env, log = audit_env(tmp_path, {"PATH": os.environ["PATH"]})
-    script = "import socket\ntry:\n    socket.create_connection(('127.0.0.1', 9), timeout=1)\nexcept OSError:\n    pass\n"
+    script = (
+        "import socket\n"
+        "try:\n    socket.create_connection(('127.0.0.1', 9), timeout=1)\n"
+        "except OSError:\n    pass\n"
+    )
     subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=60)
     found = events(log)
     assert found[0]["event"] == "hook installed"
