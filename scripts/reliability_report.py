@@ -90,6 +90,11 @@ FINDINGS = """\
   `atomic_write` now removes the temp files of its target that are older than 10 minutes
   (younger ones may belong to a second server writing the same file). The crash-vectors
   check ages the leftovers and asserts the next write removes them all.
+- **A damaged vault could end in a traceback.** SQLite notices a damaged page only when a
+  query reaches it, after the file opened; LocalVault turned errors at the open into
+  StorageError but not later ones (the tampering check truncated a vault and `export`
+  printed a traceback from `changes_since`). Fixed: every LocalVault method now turns
+  SQLite's errors (not programming errors) into StorageError, one line naming the vault.
 - **get_context is slow on a large vault** (not fixed here: server.py). With 10,000
   memories one call takes {get_context} (the soak's latency table): it converts every
   profile, preference and other memory to its public view (`Revision.memory()`, a Pydantic
