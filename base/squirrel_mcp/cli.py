@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
-import sqlite3
 import sys
 from pathlib import Path
 
@@ -187,10 +186,6 @@ def main(argv: list[str] | None = None) -> int:
         ImportFileError,
     ) as error:
         _err(str(error))
-        return 1
-    except sqlite3.DatabaseError as error:
-        # Pages of the vault damaged past its header (the header is checked on opening).
-        _err(f"the vault at {config.vault_path} is damaged and cannot be read ({error})")
         return 1
     except OSError as error:
         # A missing or unreadable file given on the command line; the path is the user's own.

@@ -34,6 +34,7 @@ from squirrel_mcp.models import (
 from squirrel_mcp.plugins import PluginHost, get_plugin_manager
 from squirrel_mcp.ranking import Candidate, RankedHit, RankOptions
 from squirrel_mcp.stdio import stdio_transport
+from squirrel_mcp.storage import StorageError
 
 INSTRUCTIONS = """\
 A private, encrypted memory of the user. Call get_context at the start of a session.
@@ -244,6 +245,10 @@ class SquirrelServer(MCPServer):
         except ToolError as error:
             if isinstance(error.__cause__, ValidationError):
                 raise ToolError(describe_invalid(name, error.__cause__)) from error.__cause__
+            if isinstance(error.__cause__, StorageError):
+                # The vault went bad while serving: the agent hears what, rather than the
+                # SDK's bare "Error executing tool" (and no traceback goes to the log).
+                raise ToolError(str(error.__cause__)) from error.__cause__
             known = sorted(tool.name for tool in await self.list_tools())
             if name not in known:
                 # The SDK's message repeats the name, whatever its length or content.

@@ -9,6 +9,7 @@ server (or CLI) is started on them:
 - a wrong passphrase: one clear line, exit status 1, the vault byte-identical;
 - a vault truncated or with a page overwritten: one clear line (or, for an empty
   file, a new account said so), never a traceback;
+- a vault damaged under a running server: each tool call a clear tool error;
 - a vector file truncated or flipped: discarded with the one REBUILT line, rebuilt,
   search hybrid again.
 """
@@ -134,6 +135,41 @@ async def test_a_damaged_record_is_reported_by_id_and_the_rest_served(
             f"{len(damaged)} records damaged on disk ({len(MODES)} ways: {', '.join(MODES)}) over {ROUNDS} "
             f"restarts: every one reported unreadable by id (get/update/delete), all {len(healthy)} "
             "others served by get, list and search; no traceback"
+        ),
+    )
+
+
+async def test_a_vault_damaged_while_serving_gives_a_clear_tool_error(
+    cheap_vault_env: dict[str, str],
+) -> None:
+    """Records gone from under a running server: every tool says so in words, and the server stays up."""
+    started = time.monotonic()
+    async with Client(server_params(cheap_vault_env)) as client:
+        saved = await call(client, "save_memory", text="Keeps bees on the garage roof")
+        with sqlite3.connect(cheap_vault_env["SQUIRREL_VAULT"]) as db:
+            db.execute("DROP TABLE records")
+        calls = 0
+        for tool, arguments in (
+            ("get_context", {}),
+            ("search_memory", {"query": "bees"}),
+            ("save_memory", {"text": "Another memory"}),
+            ("get_memory", {"id": saved["memory"]["id"]}),
+            ("list_memories", {}),
+        ):
+            error = await call_error(client, tool, **arguments)
+            assert "damaged or unreadable" in error and "no such table" in error, error
+            calls += 1
+    no_traceback_in_server_stderr()
+    record(
+        "tampering-vault-while-serving",
+        runs=1,
+        faults_injected=1,
+        inputs_tried=calls,
+        data_lost=0,
+        seconds=time.monotonic() - started,
+        notes=(
+            f"the records table dropped under a running server: {calls} tool calls (read, search, save, "
+            "get, list) each a tool error naming the damaged vault, the server up to the end, no traceback"
         ),
     )
 
