@@ -3,6 +3,7 @@
     nox -s tests   ruff, mypy, every test and every gate (what .ci/run and the README run)
     nox -s recall  the recall gate: lexical vs hybrid on the recall corpus; docs/recall.md
     nox -s diagnose -- queries.json   recall on your own memories (ids, ranks, scores only)
+    nox -s reliability  kills, concurrency, soak, fuzzing, tampering; table in docs/reliability.md
     nox -s fetch_model  the shipped model's checked files into the plugin (cached)
     nox -s demo    the real server over stdio on a throwaway vault, lexical and hybrid
     nox -s build   both wheels into dist/
@@ -14,6 +15,8 @@ from this checkout without dependencies, so what runs is exactly what was locked
 """
 
 from __future__ import annotations
+
+import shutil
 
 import nox
 
@@ -68,6 +71,7 @@ def tests(session: nox.Session) -> None:
     session.run("mypy")
     session.run("pytest", *session.posargs)
     run_recall(session)
+    run_reliability(session)
 
 
 def run_recall(session: nox.Session) -> None:
@@ -89,6 +93,30 @@ def diagnose(session: nox.Session) -> None:
     fetch_model_files(session)
     install_project(session, "requirements/runtime.txt", "requirements/build.txt")
     session.run("squirrel-mcp-diagnose", *session.posargs)
+
+
+def run_reliability(session: nox.Session) -> None:
+    """The reliability checks (tests/reliability, left out of plain pytest), then their table.
+
+    Each check writes its figures to build/reliability/; the report turns this run's
+    figures into docs/reliability.md, also when a check failed (its row shows what).
+    """
+    shutil.rmtree("build/reliability", ignore_errors=True)
+    try:
+        # Every loop in these checks is bounded by count and time; the timeout is a backstop.
+        session.run("pytest", "tests/reliability", "--timeout=900", "--durations=0")
+    finally:
+        session.run("python", "scripts/reliability_report.py")
+
+
+@nox.session(python=PYTHON)
+def reliability(session: nox.Session) -> None:
+    """Kill -9 mid-write, two servers on one vault, a soak, fuzzing, tampering: docs/reliability.md."""
+    session.install("--require-hashes", "-r", "requirements/dev.txt")
+    # The model too, so any check that starts the real embeddings plugin has it.
+    fetch_model_files(session)
+    install_project(session)
+    run_reliability(session)
 
 
 @nox.session(python=PYTHON)

@@ -1,19 +1,128 @@
-"""Shared fixtures: a throwaway vault, and the real server over stdio through the mcp client."""
+"""Shared fixtures: a throwaway vault, and the real server over stdio through the mcp client.
+
+Every test is also scanned for leaks (`scan_for_secrets`, autouse): whatever the
+servers it started wrote on stderr, every CLI run's stderr and every tool error
+text must hold none of the secrets and memory texts the test used. Secrets are
+registered as they pass through these helpers: passphrases and API keys in the
+environments given to `server_params` and `run_cli`, string arguments of `call`
+and `call_error` (memory text, entity, query, tags, reasons), and anything a test
+adds with `secrets.add`.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
+import mcp.client.client
 import pytest
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from squirrel_mcp.models import HALF_LIFE_DAYS
 
 PASSPHRASE = "correct horse battery staple"
+# Shorter strings (tags like "food", categories) may well appear in a path or a fixed line.
+MIN_SECRET = 8
+SECRET_VARIABLES = ("SQUIRREL_PASSPHRASE", "SQUIRREL_API_KEY")
+MEMORY_ID = re.compile(r"[0-9a-f]{16}")
+
+
+class Secrets:
+    """What one test must never see in a log line or an error: registered as it is used."""
+
+    def __init__(self) -> None:
+        self.values: set[str] = {PASSPHRASE}
+        # Texts to scan: stderr of CLI runs and tool error texts (server stderr goes to files).
+        self.texts: list[tuple[str, str]] = []
+        self.stderr_files: list[Path] = []
+
+    def add(self, value: object) -> None:
+        """Register a string (or the strings in a list or dict) as secret."""
+        if isinstance(value, str):
+            # A memory id is an address and a category a word of the schema, not secrets:
+            # errors name them on purpose.
+            public = MEMORY_ID.fullmatch(value) or value in HALF_LIFE_DAYS
+            if len(value.strip()) >= MIN_SECRET and not public:
+                self.values.add(value.strip())
+        elif isinstance(value, list | tuple):
+            for item in value:
+                self.add(item)
+        elif isinstance(value, dict):
+            for item in value.values():
+                self.add(item)
+
+    def add_env(self, env: dict[str, str]) -> None:
+        """Register the secrets of a server's environment."""
+        for name in SECRET_VARIABLES:
+            if env.get(name):
+                self.add(env[name])
+
+    def leaks(self, text: str, ignore: str = "") -> list[str]:
+        """The registered secrets found in `text` (paths under `ignore` removed first: test names)."""
+        if ignore:
+            text = re.sub(re.escape(ignore) + r"\S*", "<path>", text)
+        folded = text.casefold()
+        return sorted(value for value in self.values if value.casefold() in folded)
+
+
+_current: Secrets | None = None
+
+
+def secrets_of_this_test() -> Secrets:
+    """The running test's registry (a fresh one outside a test)."""
+    global _current
+    if _current is None:
+        _current = Secrets()
+    return _current
+
+
+@pytest.fixture(autouse=True)
+def scan_for_secrets(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Secrets]:
+    """Fail the test if a server's stderr, a CLI's stderr or a tool error shows a secret it used."""
+    global _current
+    _current = registry = Secrets()
+    stderr_dir = tmp_path_factory.mktemp("server-stderr")
+
+    # Client(server_params(...)) starts the server through this name with the default
+    # errlog (the terminal); each server of this test writes to a file of its own instead.
+    @asynccontextmanager
+    async def stdio_to_file(
+        server: StdioServerParameters, errlog: TextIO | None = None
+    ) -> AsyncIterator[Any]:
+        if errlog is not None:
+            async with stdio_client(server, errlog=errlog) as streams:
+                yield streams
+            return
+        path = stderr_dir / f"server-{len(registry.stderr_files)}.txt"
+        registry.stderr_files.append(path)
+        with path.open("w", encoding="utf-8") as log:
+            async with stdio_client(server, errlog=log) as streams:
+                yield streams
+
+    monkeypatch.setattr(mcp.client.client, "stdio_client", stdio_to_file)
+    test_dir = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield registry
+    _current = None
+    base = str(tmp_path_factory.getbasetemp())
+    # Files a test chose itself for a server's stderr (tests/test_*_stdio.py name them so).
+    own = sorted(Path(test_dir).glob("stderr-*.txt")) if test_dir is not None else []
+    found = [
+        (str(path.name), leak)
+        for path in [*registry.stderr_files, *own]
+        if path.exists()
+        for leak in registry.leaks(path.read_text(encoding="utf-8", errors="replace"), base)
+    ]
+    found += [(where, leak) for where, text in registry.texts for leak in registry.leaks(text, base)]
+    assert not found, f"secrets leaked (where, secret): {found}"
 
 
 @pytest.fixture
@@ -37,14 +146,17 @@ def vault_env(tmp_path: Path) -> dict[str, str]:
 
 def server_params(env: dict[str, str]) -> StdioServerParameters:
     """Start the installed server the way an MCP client does."""
+    secrets_of_this_test().add_env(env)
     return StdioServerParameters(command=sys.executable, args=["-m", "squirrel_mcp"], env=env)
 
 
 def run_cli(
     env: dict[str, str], *args: str, stdin: bytes | None = None
 ) -> subprocess.CompletedProcess[bytes]:
-    """Run `squirrel-mcp ARGS` with exactly `env` (plus PATH), capturing output."""
-    return subprocess.run(
+    """Run `squirrel-mcp ARGS` with exactly `env` (plus PATH), capturing output (stderr is scanned)."""
+    registry = secrets_of_this_test()
+    registry.add_env(env)
+    result = subprocess.run(
         [sys.executable, "-m", "squirrel_mcp", *args],
         env={"PATH": os.environ["PATH"], **env},
         input=stdin,
@@ -52,6 +164,9 @@ def run_cli(
         timeout=120,
         check=False,
     )
+    stderr = result.stderr.decode(errors="replace")
+    registry.texts.append((f"stderr of squirrel-mcp {' '.join(args)}", stderr))
+    return result
 
 
 @pytest.fixture
@@ -63,6 +178,7 @@ async def client(vault_env: dict[str, str]) -> AsyncIterator[Client]:
 
 async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
     """Call a tool that must succeed; its structured output."""
+    secrets_of_this_test().add(arguments)
     result = await client.call_tool(tool, arguments)
     assert not result.is_error, result.content
     assert result.structured_content is not None
@@ -70,9 +186,12 @@ async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
 
 
 async def call_error(client: Client, tool: str, **arguments: Any) -> str:
-    """Call a tool that must fail; its error text."""
+    """Call a tool that must fail; its error text (scanned for the test's secrets)."""
+    registry = secrets_of_this_test()
+    registry.add(arguments)
     result = await client.call_tool(tool, arguments)
     assert result.is_error, result.structured_content
     text = result.content[0]
     assert text.type == "text"
+    registry.texts.append((f"error of {tool}", text.text))
     return text.text

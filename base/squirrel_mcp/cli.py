@@ -70,8 +70,13 @@ def open_store(config: Config, *, create: bool) -> MemoryStore:
             if not create:
                 raise NoAccountError(f"the vault at {config.vault_path} holds no account")
             store = MemoryStore.create(vault, passphrase)
-            if not existed:
-                _err(f"created a new vault at {config.vault_path}")
+            # An existing file without an account is one whose creation was cut short,
+            # or one emptied since: either way the user should hear of the new account.
+            _err(
+                f"created a new vault at {config.vault_path}"
+                if not existed
+                else f"the vault at {config.vault_path} held no account; created a new one in it"
+            )
             return store
         return MemoryStore.unlock(vault, passphrase)
     except BaseException:

@@ -2,18 +2,46 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import tempfile
+import time
 from pathlib import Path
+
+# A temp file this old was left by a writer that died mid-write (kill -9, power loss):
+# no write of ours takes minutes. Younger ones may belong to another live process
+# (two servers on one vault write the same vector file), so they are left alone.
+STALE_TEMP_SECONDS = 600.0
+
+
+def remove_stale_temps(path: Path) -> int:
+    """Delete the temp files `atomic_write(path, ...)` left behind over STALE_TEMP_SECONDS ago.
+
+    Returns how many went. A killed writer leaves its temp file (sealed data, mode
+    0600) beside the target; without this they would pile up, one per crash.
+    """
+    cutoff = time.time() - STALE_TEMP_SECONDS
+    removed = 0
+    for temp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        try:
+            if temp.stat().st_mtime < cutoff:
+                temp.unlink()
+                removed += 1
+        except FileNotFoundError:
+            # Another process cleaned it up (or renamed it into place) meanwhile.
+            continue
+    return removed
 
 
 def atomic_write(path: Path, data: bytes) -> None:
     """Replace `path` with `data`: temp file (mode 0600), fsync, rename, fsync the directory.
 
     A reader (or a crash) sees the old file or the new one, never half of either.
-    The directory is created owner-only if it is missing.
+    The directory is created owner-only if it is missing; temp files that earlier
+    writers killed mid-write left beside `path` are removed once stale.
     """
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    remove_stale_temps(path)
     # mkstemp creates the file with mode 0600 whatever the umask.
     fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

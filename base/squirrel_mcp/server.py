@@ -33,6 +33,8 @@ from squirrel_mcp.models import (
 )
 from squirrel_mcp.plugins import PluginHost, get_plugin_manager
 from squirrel_mcp.ranking import Candidate, RankedHit, RankOptions
+from squirrel_mcp.stdio import stdio_transport
+from squirrel_mcp.storage import StorageError
 
 INSTRUCTIONS = """\
 A private, encrypted memory of the user. Call get_context at the start of a session.
@@ -48,6 +50,8 @@ MEANING_ONLY_NOTE = (
     "any results were found only by meaning."
 )
 MAX_LIST_LIMIT = 100
+# How many problems an invalid-arguments error lists.
+MAX_PROBLEMS = 8
 
 
 class _DropNone(BaseModel):
@@ -213,8 +217,12 @@ def _has_tags(memory: Revision, tags: list[str] | None) -> bool:
 def describe_invalid(tool: str, error: ValidationError) -> str:
     """A validation error without the rejected values: they may be memory text."""
     problems = [
-        f"{'.'.join(str(part) for part in e['loc']) or 'arguments'}: {e['msg']}" for e in error.errors()
+        f"{'.'.join(str(part) for part in e['loc']) or 'arguments'}: {e['msg']}"
+        for e in error.errors(include_input=False)
     ]
+    # Forty bad tags make forty problems; the first few say what to fix.
+    if len(problems) > MAX_PROBLEMS:
+        problems[MAX_PROBLEMS:] = [f"and {len(problems) - MAX_PROBLEMS} more"]
     return f"invalid arguments for {tool}: " + "; ".join(problems)
 
 
@@ -270,7 +278,14 @@ def run_search(
 
 
 class SquirrelServer(MCPServer):
-    """MCPServer whose argument errors never echo the arguments back."""
+    """MCPServer whose argument errors never echo the arguments back, and that answers every bad line."""
+
+    async def run_stdio_async(self) -> None:
+        """Serve over stdio through squirrel_mcp.stdio, which answers lines the SDK would drop."""
+        async with stdio_transport() as (read_stream, write_stream):
+            await self._lowlevel_server.run(
+                read_stream, write_stream, self._lowlevel_server.create_initialization_options()
+            )
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
@@ -281,6 +296,14 @@ class SquirrelServer(MCPServer):
         except ToolError as error:
             if isinstance(error.__cause__, ValidationError):
                 raise ToolError(describe_invalid(name, error.__cause__)) from error.__cause__
+            if isinstance(error.__cause__, StorageError):
+                # The vault went bad while serving: the agent hears what, rather than the
+                # SDK's bare "Error executing tool" (and no traceback goes to the log).
+                raise ToolError(str(error.__cause__)) from error.__cause__
+            known = sorted(tool.name for tool in await self.list_tools())
+            if name not in known:
+                # The SDK's message repeats the name, whatever its length or content.
+                raise ToolError(f"unknown tool; this server's tools are {', '.join(known)}") from None
             raise
 
 

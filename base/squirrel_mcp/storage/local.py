@@ -18,6 +18,8 @@ import json
 import os
 import sqlite3
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from squirrel_mcp.crypto import KdfParams
@@ -75,6 +77,21 @@ class LocalVault:
         except sqlite3.DatabaseError as error:
             raise StorageError(f"{path} is not a readable squirrel-mcp vault ({error})") from error
 
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        """SQLite's errors as StorageError: a damaged or unreadable file is the user's to fix, not a bug.
+
+        SQLite may only notice damage when a query reaches the bad page, long after the
+        file opened, so every method goes through this. Its messages name no data.
+        """
+        try:
+            yield
+        except sqlite3.ProgrammingError:
+            # Misuse of the connection (closed, wrong thread): our bug, so loudly.
+            raise
+        except sqlite3.DatabaseError as error:
+            raise StorageError(f"the vault at {self.path} is damaged or unreadable ({error})") from error
+
     def _check_schema(self) -> None:
         row = self._db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
         if row is None:
@@ -88,7 +105,7 @@ class LocalVault:
 
     def load_account(self) -> Account | None:
         """The stored account, or None."""
-        with self._lock:
+        with self._lock, self._guard():
             row = self._db.execute("SELECT value FROM meta WHERE key = 'account'").fetchone()
         if row is None:
             return None
@@ -122,7 +139,7 @@ class LocalVault:
                 "wrappedDataKey": base64.b64encode(account.wrapped_data_key).decode(),
             }
         )
-        with self._lock:
+        with self._lock, self._guard():
             try:
                 self._db.execute("INSERT INTO meta (key, value) VALUES ('account', ?)", (value,))
             except sqlite3.IntegrityError as error:
@@ -130,7 +147,7 @@ class LocalVault:
 
     def append(self, records: list[SealedRecord]) -> None:
         """Store all records in one transaction; RevisionConflict stores none."""
-        with self._lock:
+        with self._lock, self._guard():
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 for record in records:
@@ -148,7 +165,7 @@ class LocalVault:
 
     def changes_since(self, cursor: int) -> tuple[list[SealedRecord], int]:
         """Records with a sequence number above `cursor`, and the highest one seen."""
-        with self._lock:
+        with self._lock, self._guard():
             rows = self._db.execute(
                 "SELECT seq, memory_id, revision, ciphertext FROM records WHERE seq > ? ORDER BY seq",
                 (cursor,),
@@ -158,5 +175,5 @@ class LocalVault:
 
     def close(self) -> None:
         """Close the connection (checkpointing the WAL when last out)."""
-        with self._lock:
+        with self._lock, self._guard():
             self._db.close()

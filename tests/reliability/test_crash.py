@@ -1,0 +1,590 @@
+"""Crash safety: kill -9 while writing, then check that nothing acknowledged is lost or half-written.
+
+Three kinds of run, each ended by SIGKILL at a random moment:
+
+- server: the real server (`python -m squirrel_mcp`) over stdio, driven by a minimal
+  JSON-RPC client of this file (so the test owns the process and its pid): saves,
+  corrections, deletes and restores until the kill, which lands during start-up
+  (unlocking the vault) in every fourth run and 0-1 s into the calls in the others.
+- store: a child forked by crash_worker.py that drives the real MemoryStore on a
+  LocalVault in a loop and prints each write that returned; ~50-100x cheaper than a
+  server start, so these runs are many.
+- vectors: a forked child that saves memories and has the embeddings plugin's Hybrid
+  (with a stand-in embedder) embed them and write its vector file, by its saver thread
+  and by flush(), until killed mid-write.
+- plugin: a few runs of the real server with the real embeddings plugin and model,
+  saving and searching (so the plugin's saver thread rewrites the vector file) until
+  killed.
+
+After every kill: the vault opens (a fresh connection, SQLite's integrity check),
+every acknowledged revision is there with the text that was sent, every stored record
+decrypts (nothing half-written is visible), and the vector file opens and holds rows
+that are exactly the vectors of the memories they name, no fewer than the last
+acknowledged write. A kill -9 ends the process, not the machine: what reached the
+kernel survives it, so this tests the write path's atomicity, not fsync on power loss.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from squirrel_mcp.files import STALE_TEMP_SECONDS, atomic_write
+from squirrel_mcp.memories import MemoryOperationError, MemoryReader, MemoryStore
+from squirrel_mcp.models import Revision
+from squirrel_mcp_embeddings import vectors
+from squirrel_mcp_embeddings.plugin import recipe
+from tests.conftest import PASSPHRASE
+from tests.reliability.conftest import create_vault, open_vault
+from tests.reliability.crash_worker import STAMP, fake_vector
+from tests.reliability.figures import record
+
+WORKER = Path(__file__).with_name("crash_worker.py")
+SEED = 8
+# Every loop is bounded by a count and by time; the counts are what docs/reliability.md reports.
+SERVER_RUNS, SERVER_SECONDS = 12, 60.0
+STORE_RUNS, STORE_SECONDS = 160, 75.0
+STORE_RUNS_PER_VAULT = 40
+VECTOR_RUNS, VECTOR_SECONDS = 50, 60.0
+# The real plugin's check: few runs (each loads the model, ~3 s), on a vault of this many memories.
+PLUGIN_RUNS, PLUGIN_SECONDS, PLUGIN_SEEDED = 3, 60.0, 200
+# The vector check starts a fresh vault (and file) this often, so files stay a few MB.
+VECTOR_RUNS_PER_VAULT = 10
+
+Ack = tuple[str, int, str, bool]
+
+
+def lost_acks(store: MemoryStore, acks: list[Ack]) -> list[Ack]:
+    """The acknowledged revisions the store does not hold exactly as acknowledged."""
+    store.refresh()
+    missing = []
+    for memory_id, number, text, deleted in acks:
+        try:
+            held = {revision.revision: revision for revision in store.history(memory_id)}
+        except MemoryOperationError:
+            # Unknown or unreadable: the memory is not there as acknowledged.
+            held = {}
+        revision = held.get(number)
+        if revision is None or revision.text != text or revision.deleted != deleted:
+            missing.append((memory_id, number, text, deleted))
+    return missing
+
+
+def unreadable_records(path: Path) -> int:
+    """Records in the vault that do not decrypt, counted on a fresh open (half-written ones would)."""
+    store = open_vault(path)
+    try:
+        stored = len(store._storage.changes_since(0)[0])
+        readable = sum(len(history) for history in store.all_revisions())
+        return stored - readable
+    finally:
+        store._storage.close()
+
+
+def integrity_ok(path: Path) -> bool:
+    """SQLite's own check of the vault file, on a fresh connection (which also recovers the WAL)."""
+    db = sqlite3.connect(path)
+    try:
+        return db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    finally:
+        db.close()
+
+
+# The real server --------------------------------------------------------------
+
+
+class ServerGone(Exception):
+    """The server's stdout closed: it was killed."""
+
+
+class RawServer:
+    """The real server over stdio, spoken to in MCP's newline-delimited JSON-RPC."""
+
+    def __init__(self, env: dict[str, str], stderr: Path) -> None:
+        self._stderr = stderr.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "squirrel_mcp"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env={"PATH": os.environ["PATH"], **env},
+        )
+        self._next_id = 0
+
+    def _send(self, message: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write(json.dumps(message).encode() + b"\n")
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError) as error:
+            raise ServerGone from error
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self._next_id += 1
+        self._send({"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params})
+        assert self.process.stdout is not None
+        while True:
+            line = self.process.stdout.readline()
+            if not line.endswith(b"\n"):
+                # EOF, possibly after part of an answer: the kill came first, nothing was acknowledged.
+                raise ServerGone
+            message = json.loads(line)
+            if message.get("id") == self._next_id:
+                assert "error" not in message, message
+                result: dict[str, Any] = message["result"]
+                return result
+
+    def initialize(self) -> None:
+        self.request(
+            "initialize",
+            {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "crash-test", "version": "0"},
+            },
+        )
+        self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
+        result = self.request("tools/call", {"name": tool, "arguments": arguments})
+        assert not result.get("isError"), result
+        structured: dict[str, Any] = result["structuredContent"]
+        return structured
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.process.send_signal(signal.SIGKILL)
+
+    def wait(self) -> int:
+        code = self.process.wait(timeout=30)
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        self._stderr.close()
+        return code
+
+
+def drive_server(
+    server: RawServer, rng: random.Random, live: list[str], dead: list[str], killer: threading.Timer
+) -> list[Ack]:
+    """Save, correct, delete, restore until the server is gone; the acknowledged revisions.
+
+    `killer` is started once the server answered the handshake, unless it already runs.
+    """
+    acks: list[Ack] = []
+    try:
+        server.initialize()
+        if not killer.is_alive():
+            killer.start()
+        for n in range(2_000):
+            roll = rng.random()
+            if not live or roll < 0.5:
+                text = f"server run note {n}" + " acorn" * rng.randint(1, 300)
+                memory = server.call("save_memory", text=text)["memory"]
+                live.append(memory["id"])
+                acks.append((memory["id"], memory["revision"], memory["text"], False))
+            elif roll < 0.8:
+                target = rng.choice(live)
+                text = f"server correction {n}" + " oak" * rng.randint(1, 300)
+                memory = server.call("update_memory", id=target, text=text)["memory"]
+                acks.append((target, memory["revision"], memory["text"], False))
+            elif roll < 0.9 or not dead:
+                target = live.pop(rng.randrange(len(live)))
+                answer = server.call("delete_memory", id=target)
+                dead.append(target)
+                acks.append((target, answer["memory"]["revision"], answer["memory"]["text"], True))
+            else:
+                target = dead.pop(rng.randrange(len(dead)))
+                answer = server.call("restore_memory", id=target)
+                live.append(target)
+                acks.append((target, answer["memory"]["revision"], answer["memory"]["text"], False))
+    except ServerGone:
+        pass
+    return acks
+
+
+def test_kill_the_server_while_it_writes(tmp_path: Path, vault_env: dict[str, str]) -> None:
+    vault = Path(vault_env["SQUIRREL_VAULT"])
+    create_vault(vault)
+    rng = random.Random(SEED)
+    live: list[str] = []
+    dead: list[str] = []
+    every_ack: list[Ack] = []
+    runs = startup_kills = 0
+    lost: set[Ack] = set()
+    started = time.monotonic()
+    while runs < SERVER_RUNS and time.monotonic() - started < SERVER_SECONDS:
+        server = RawServer(vault_env, tmp_path / "stderr.log")
+        if runs % 4 == 0:
+            # Every fourth run dies during start-up (~1 s: imports, unlocking the vault)...
+            killer = threading.Timer(rng.uniform(0.0, 1.0), server.kill)
+            killer.start()
+            startup_kills += 1
+        else:
+            # ...the others 0-1 s after the handshake, in the middle of the calls.
+            killer = threading.Timer(rng.uniform(0.0, 1.0), server.kill)
+        try:
+            acks = drive_server(server, rng, live, dead, killer)
+        finally:
+            if not killer.is_alive() and not killer.finished.is_set():
+                killer.start()
+            killer.join()
+            code = server.wait()
+        runs += 1
+        assert code == -signal.SIGKILL, (code, (tmp_path / "stderr.log").read_text())
+        every_ack += acks
+        assert integrity_ok(vault)
+        store = open_vault(vault)
+        try:
+            lost.update(lost_acks(store, every_ack))
+            # What the driver believes live or deleted must be what the vault says, for the next run.
+            state = {m.id: m.deleted for m in store.current(include_deleted=True)}
+        finally:
+            store._storage.close()
+        live[:] = [i for i, gone in state.items() if not gone]
+        dead[:] = [i for i, gone in state.items() if gone]
+    unreadable = unreadable_records(vault)
+    record(
+        "crash-server",
+        runs=runs,
+        faults_injected=runs,
+        inputs_tried=len(every_ack),
+        data_lost=len(lost) + unreadable,
+        seconds=time.monotonic() - started,
+        notes=f"real server over stdio, SIGKILL: {startup_kills} runs 0-1 s after spawn (start-up), "
+        f"{runs - startup_kills} runs 0-1 s after the handshake (mid-call); "
+        f"{len(every_ack)} acknowledged writes checked after every restart",
+    )
+    assert runs >= min(SERVER_RUNS, 10)
+    assert not lost
+    assert unreadable == 0
+
+
+# Forked children ---------------------------------------------------------------
+
+
+class Worker:
+    """crash_worker.py, started once; each `run` forks a child, kills it and collects its lines."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(WORKER)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**os.environ, "SQUIRREL_PASSPHRASE": PASSPHRASE},
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(line.decode().rstrip("\n"))
+
+    def _line(self) -> str:
+        return self.lines.get(timeout=60)
+
+    def run(self, command: str, kill_after: float) -> tuple[list[str], str]:
+        """Start `command` in a child, SIGKILL it `kill_after` s after it is ready; its acks and end."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(command.encode() + b"\n")
+        self.process.stdin.flush()
+        first = self._line()
+        assert first.startswith("pid "), first
+        pid = int(first.split()[1])
+        acks: list[str] = []
+        ready = self._line()
+        assert ready == "ready", ready
+        time.sleep(kill_after)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        while True:
+            line = self._line()
+            if line.startswith("exit "):
+                return acks, line.split()[2]
+            if line.startswith("ack "):
+                acks.append(line[4:])
+            else:
+                # done / error / notice: the child stopped on its own or wrote a line it must not.
+                acks.append(line)
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(b"quit\n")
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+def check_store_vault(vault: Path, acks: list[Ack]) -> int:
+    """After the last kill on `vault`: a fresh open holds every acknowledged write; how many it lacks."""
+    final = open_vault(vault)
+    try:
+        lost = len(lost_acks(final, acks))
+    finally:
+        final._storage.close()
+    return lost + unreadable_records(vault)
+
+
+def test_kill_a_store_writer_many_times(tmp_path: Path) -> None:
+    rng = random.Random(SEED + 1)
+    worker = Worker()
+    every_ack: list[Ack] = []
+    acks_here: list[Ack] = []
+    runs = 0
+    lost: list[Ack] = []
+    lost_at_end = 0
+    started = time.monotonic()
+    try:
+        while runs < STORE_RUNS and time.monotonic() - started < STORE_SECONDS:
+            if runs % STORE_RUNS_PER_VAULT == 0:
+                # A fresh vault now and then keeps each unlock (which decrypts everything) quick.
+                vault = tmp_path / f"vault{runs}.sqlite3"
+                create_vault(vault)
+                verifier = open_vault(vault)
+                acks_here = []
+            lines, code = worker.run(f"store {vault} {rng.randrange(10**9)}", rng.uniform(0.0, 0.08))
+            runs += 1
+            assert code == str(-signal.SIGKILL), lines[-3:]
+            acks: list[Ack] = [tuple(json.loads(line)) for line in lines]  # type: ignore[misc]
+            every_ack += acks
+            acks_here += acks
+            assert integrity_ok(vault)
+            lost += lost_acks(verifier, acks)
+            if runs % STORE_RUNS_PER_VAULT == 0 or runs == STORE_RUNS:
+                verifier._storage.close()
+                lost_at_end += check_store_vault(vault, acks_here)
+    finally:
+        worker.close()
+    if runs % STORE_RUNS_PER_VAULT and runs != STORE_RUNS:
+        # Stopped by the time bound mid-vault.
+        verifier._storage.close()
+        lost_at_end += check_store_vault(vault, acks_here)
+    record(
+        "crash-store",
+        runs=runs,
+        faults_injected=runs,
+        inputs_tried=len(every_ack),
+        data_lost=len(lost) + lost_at_end,
+        seconds=time.monotonic() - started,
+        notes="forked child drives MemoryStore+LocalVault (save/correct/delete/restore), "
+        f"SIGKILL 0-80 ms after it is ready; {len(every_ack)} acknowledged writes checked "
+        f"after each kill and on a fresh open per vault ({STORE_RUNS_PER_VAULT} runs a vault)",
+    )
+    assert runs >= min(STORE_RUNS, 50)
+    assert not lost
+    assert lost_at_end == 0
+
+
+def vector_rows_ok(path: Path, store: MemoryStore) -> tuple[int, int]:
+    """Open the vector file as the plugin does; (rows, rows whose vector is not its memory's)."""
+    reader = MemoryReader(store)
+    try:
+        table = vectors.load(path, reader.derive_key(vectors.KEY_PURPOSE), store.account_id, STAMP)
+    except vectors.VectorFileError:
+        # Half-written or otherwise corrupt: the plugin would throw every vector away.
+        return 0, 1
+    assert table is not None, "the vector file is gone"
+    store.refresh()
+    wrong = 0
+    for memory_id, number in zip(table.ids, table.revisions, strict=True):
+        memory: Revision | None = reader.get(memory_id)
+        if (
+            memory is None
+            or memory.revision != number
+            or not np.allclose(table.vector(memory_id), fake_vector(recipe(memory)), atol=1e-6)
+        ):
+            wrong += 1
+    return len(table), wrong
+
+
+def test_kill_the_vector_file_writer(tmp_path: Path) -> None:
+    rng = random.Random(SEED + 2)
+    worker = Worker()
+    runs = rows_checked = bad = 0
+    started = time.monotonic()
+    try:
+        while runs < VECTOR_RUNS and time.monotonic() - started < VECTOR_SECONDS:
+            if runs % VECTOR_RUNS_PER_VAULT == 0:
+                home = tmp_path / f"vault{runs}"
+                vault, cache = home / "vault.sqlite3", home / "cache"
+                create_vault(vault)
+                verifier = open_vault(vault)
+                path = vectors.vector_path(verifier.account_id, {vectors.CACHE_DIR_VARIABLE: str(cache)})
+                last_acked = 0
+            lines, code = worker.run(f"vectors {vault} {cache} {rng.randrange(10**9)}", rng.uniform(0.0, 0.3))
+            runs += 1
+            assert code == str(-signal.SIGKILL), lines[-3:]
+            assert all(line.isdigit() for line in lines), [x for x in lines if not x.isdigit()]
+            if lines:
+                last_acked = int(lines[-1])
+            if path.exists():
+                rows, wrong = vector_rows_ok(path, verifier)
+                rows_checked += rows
+                bad += wrong
+                # Old or new, never older than the last write the plugin finished.
+                if rows < last_acked:
+                    bad += 1
+            else:
+                assert last_acked == 0
+            if runs % VECTOR_RUNS_PER_VAULT == 0:
+                verifier._storage.close()
+        leftovers = sorted(tmp_path.glob("vault*/cache/squirrel-notes/.*.tmp"))
+    finally:
+        worker.close()
+    # Temp files of writers killed mid-write: once stale, the next write of that file removes them.
+    for temp in leftovers:
+        os.utime(temp, (time.time() - STALE_TEMP_SECONDS - 60,) * 2)
+        # ".<file name>.<random>.tmp", as mkstemp named it: the next write of <file name> cleans up.
+        target = temp.with_name(temp.name[1:].rsplit(".", 2)[0])
+        atomic_write(target, target.read_bytes())
+    left_after = sorted(tmp_path.glob("vault*/cache/squirrel-notes/.*.tmp"))
+    record(
+        "crash-vectors",
+        runs=runs,
+        faults_injected=runs,
+        inputs_tried=rows_checked,
+        data_lost=bad,
+        seconds=time.monotonic() - started,
+        notes="forked child: saves + plugin Hybrid (stand-in embedder, 384 dims) writing the vector "
+        "file (saver thread and flush), SIGKILL 0-300 ms after ready; every row of the file checked; "
+        f"{len(leftovers)} temp files left by kills mid-write, all removed by the next write once stale",
+    )
+    assert runs >= min(VECTOR_RUNS, 25)
+    assert bad == 0
+    assert not left_after
+
+
+def test_a_write_removes_stale_temp_files_and_keeps_young_ones(tmp_path: Path) -> None:
+    target = tmp_path / "memory-vectors-abc.bin"
+    target.write_bytes(b"old")
+    stale = tmp_path / f".{target.name}.killed01.tmp"
+    young = tmp_path / f".{target.name}.writing2.tmp"
+    other = tmp_path / ".another-file.bin.killed03.tmp"
+    for temp in (stale, young, other):
+        temp.write_bytes(b"partial")
+    aged = time.time() - STALE_TEMP_SECONDS - 60
+    os.utime(stale, (aged, aged))
+    os.utime(other, (aged, aged))
+    atomic_write(target, b"new")
+    assert target.read_bytes() == b"new"
+    # The stale one of this file goes; one another live process may be writing stays, as
+    # does a stale temp of some other file (its own next write removes it).
+    assert not stale.exists()
+    assert young.exists()
+    assert other.exists()
+
+
+def test_kill_the_server_while_the_real_plugin_keeps_vectors(
+    tmp_path: Path, vault_env: dict[str, str]
+) -> None:
+    """The real server with the real embeddings plugin and model, killed while it saves and searches."""
+    from squirrel_mcp_embeddings import embedder
+    from squirrel_mcp_embeddings.integrity import ModelNotLoaded
+    from squirrel_mcp_embeddings.plugin import RECIPE_VERSION, manifest_sha256
+
+    try:
+        model = embedder.load()
+    except ModelNotLoaded as error:
+        pytest.skip(f"the model is not fetched ({error.reason}): nox -s fetch_model")
+    stamp = vectors.Stamp(model.manifest.model, manifest_sha256(), RECIPE_VERSION, model.manifest.dimensions)
+    vault = Path(vault_env["SQUIRREL_VAULT"])
+    create_vault(vault)
+    seeded = open_vault(vault)
+    try:
+        for n in range(PLUGIN_SEEDED):
+            seeded.save(
+                entity="user", text=f"seeded memory {n} about acorns", category="note", tags=[], keywords=[]
+            )
+        account_id = seeded.account_id
+    finally:
+        seeded._storage.close()
+    env = {
+        **vault_env,
+        "SQUIRREL_MCP_PLUGINS": "embeddings",
+        "SQUIRREL_MEMORY_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    path = vectors.vector_path(account_id, {vectors.CACHE_DIR_VARIABLE: env["SQUIRREL_MEMORY_CACHE_DIR"]})
+    rng = random.Random(SEED + 3)
+    runs = rows_checked = bad = hybrid_searches = 0
+    every_ack: list[Ack] = []
+    started = time.monotonic()
+    while runs < PLUGIN_RUNS and time.monotonic() - started < PLUGIN_SECONDS:
+        server = RawServer(env, tmp_path / "stderr.log")
+        killer = threading.Timer(rng.uniform(0.0, 2.0), server.kill)
+        try:
+            server.initialize()
+            # The model loads in the background: search until the plugin ranks (bounded).
+            ready_by = time.monotonic() + 60
+            while server.call("search_memory", query="acorns")["ranking"] != "hybrid":
+                assert time.monotonic() < ready_by, "the plugin never became ready"
+                time.sleep(0.2)
+            killer.start()
+            for n in range(10_000):
+                text = f"plugin run {runs} memory {n} about oak trees"
+                memory = server.call("save_memory", text=text)["memory"]
+                every_ack.append((memory["id"], memory["revision"], memory["text"], False))
+                # Embeds the new memory; the plugin's saver thread then rewrites the file.
+                hybrid_searches += server.call("search_memory", query="oak trees")["ranking"] == "hybrid"
+        except ServerGone:
+            pass
+        finally:
+            if not killer.is_alive() and not killer.finished.is_set():
+                killer.start()
+            killer.join()
+            code = server.wait()
+        runs += 1
+        assert code == -signal.SIGKILL, (code, (tmp_path / "stderr.log").read_text())
+        store = open_vault(vault)
+        try:
+            bad += len(lost_acks(store, every_ack))
+            try:
+                table = vectors.load(
+                    path, MemoryReader(store).derive_key(vectors.KEY_PURPOSE), account_id, stamp
+                )
+            except vectors.VectorFileError:
+                bad += 1
+                continue
+            assert table is not None, "the plugin never wrote its vector file"
+            reader = MemoryReader(store)
+            rows = list(zip(table.ids, table.revisions, strict=True))
+            rows_checked += len(rows)
+            for memory_id, number in rows:
+                memory = reader.get(memory_id)
+                bad += memory is None or memory.revision != number
+            # The model's own vectors, recomputed for a sample of rows.
+            sample = [reader.get(memory_id) for memory_id, _ in rng.sample(rows, k=min(20, len(rows)))]
+            present = [memory for memory in sample if memory is not None]
+            expected = model.embed([recipe(memory) for memory in present])
+            for memory, vector in zip(present, expected, strict=True):
+                bad += not np.allclose(table.vector(memory.id), vector, atol=1e-4)
+        finally:
+            store._storage.close()
+    record(
+        "crash-plugin",
+        runs=runs,
+        faults_injected=runs,
+        inputs_tried=rows_checked,
+        data_lost=bad,
+        seconds=time.monotonic() - started,
+        notes=f"real server with the real embeddings plugin and model, {PLUGIN_SEEDED} memories; once it "
+        f"ranks hybrid, save+search (the saver thread rewrites the vector file) until SIGKILL 0-2 s later; "
+        f"{len(every_ack)} acknowledged saves, {hybrid_searches} hybrid searches; after each kill the "
+        "file opens, every row names a current revision, 20 rows equal the model's vectors",
+    )
+    assert runs >= 1
+    assert bad == 0
