@@ -295,7 +295,7 @@ def create_server(store: MemoryStore, plugins: PluginHost | None = None) -> MCPS
         low score means lower confidence, not a wrong answer, so check low hits against
         the question. If nothing fits, retry once with nearMisses: true.
         """
-        store.refresh()
+        store.refresh_if_stale()
         now = datetime.now(UTC)
 
         def accepts(memory: Revision) -> bool:
