@@ -18,20 +18,25 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from squirrel_mcp.crypto import KDF_N_RANGE, KDF_P_RANGE, KDF_R_RANGE, SALT_BYTES
+from squirrel_mcp.crypto import KDF_N_RANGE, KDF_P_RANGE, KDF_R_RANGE
 from squirrel_mcp.syncserver.database import NewRecord, StoredAccount, now
 
 ACCOUNT_ID = re.compile(r"[0-9a-f]{32}")
 MEMORY_ID = re.compile(r"[0-9a-f]{16}")
 _BASE64 = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
+# 16 bytes in canonical base64: the last character carries 2 bits, the rest zero.
+_SALT = re.compile(r"[A-Za-z0-9+/]{21}[AQgw]==")
 _DIGITS = re.compile(r"[0-9]+")
 
 MAX_REVISION = 2**31 - 1
 MAX_CURSOR = 2**63 - 1
-WRAPPED_KEY_BYTES = (61, 1024)
-# A sealed revision: format byte, nonce and tag around the plaintext (29 bytes
-# for an empty one); a memory at every field's maximum is far under 64 KiB.
-CIPHERTEXT_BYTES = (29, 262_144)
+# Bounds are on the base64 text, as the contract can state them exactly there.
+# A wrapped data key is 61 bytes today (84 characters); up to 1 KiB is accepted.
+WRAPPED_KEY_CHARS = (84, 1368)
+# A sealed revision: format byte, nonce and tag around the plaintext (29 bytes,
+# 40 characters, for an empty one); up to 256 KiB, where a memory at every
+# field's maximum is far under 64 KiB.
+CIPHERTEXT_CHARS = (40, 349_528)
 MAX_RECORDS_PER_APPEND = 500
 DEFAULT_PAGE = 500
 MAX_PAGE = 1000
@@ -70,19 +75,16 @@ def _text(value: Any, where: str, pattern: re.Pattern[str], rule: str) -> str:
     return value
 
 
-def _base64(value: Any, where: str, size: tuple[int, int]) -> bytes:
-    text = _text(value, where, _BASE64, "padded standard base64")
-    low, high = size
-    # Checked on the length first, so an oversized value is never decoded.
-    if not 4 * -(-low // 3) <= len(text) <= 4 * -(-high // 3):
-        raise InvalidRequest(f"{where} must decode to {low} to {high} bytes")
+def _base64(value: Any, where: str, chars: tuple[int, int], pattern: re.Pattern[str] = _BASE64) -> bytes:
+    low, high = chars
+    # The length first, so an oversized value is never matched or decoded.
+    if not isinstance(value, str) or not low <= len(value) <= high:
+        raise InvalidRequest(f"{where} must be base64 of {low} to {high} characters")
+    text = _text(value, where, pattern, "padded standard base64")
     try:
-        decoded = base64.b64decode(text, validate=True)
-    except binascii.Error:
+        return base64.b64decode(text, validate=True)
+    except binascii.Error:  # unreachable after the pattern; kept as the last word
         raise InvalidRequest(f"{where} must be padded standard base64") from None
-    if not low <= len(decoded) <= high:
-        raise InvalidRequest(f"{where} must decode to {low} to {high} bytes")
-    return decoded
 
 
 def new_account(body: Any) -> StoredAccount:
@@ -96,11 +98,11 @@ def new_account(body: Any) -> StoredAccount:
         raise InvalidRequest("kdf.n must be a power of two")
     return StoredAccount(
         account_id=_text(fields["id"], "id", ACCOUNT_ID, "32 lowercase hex digits"),
-        salt=_base64(kdf["salt"], "kdf.salt", (SALT_BYTES, SALT_BYTES)),
+        salt=_base64(kdf["salt"], "kdf.salt", (24, 24), _SALT),
         n=n,
         r=_integer(kdf["r"], "kdf.r", *KDF_R_RANGE),
         p=_integer(kdf["p"], "kdf.p", *KDF_P_RANGE),
-        wrapped_data_key=_base64(fields["wrappedDataKey"], "wrappedDataKey", WRAPPED_KEY_BYTES),
+        wrapped_data_key=_base64(fields["wrappedDataKey"], "wrappedDataKey", WRAPPED_KEY_CHARS),
         created_at=now(),
     )
 
@@ -122,7 +124,7 @@ def append_request(body: Any) -> list[NewRecord]:
                     fields["memoryId"], f"{where}.memoryId", MEMORY_ID, "16 lowercase hex digits"
                 ),
                 revision=_integer(fields["revision"], f"{where}.revision", 1, MAX_REVISION),
-                ciphertext=_base64(fields["ciphertext"], f"{where}.ciphertext", CIPHERTEXT_BYTES),
+                ciphertext=_base64(fields["ciphertext"], f"{where}.ciphertext", CIPHERTEXT_CHARS),
             )
         )
     return parsed
