@@ -33,6 +33,7 @@ from squirrel_mcp.models import (
 )
 from squirrel_mcp.plugins import PluginHost, get_plugin_manager
 from squirrel_mcp.ranking import Candidate, RankedHit, RankOptions
+from squirrel_mcp.storage import StorageError
 
 INSTRUCTIONS = """\
 A private, encrypted memory of the user. Call get_context at the start of a session.
@@ -224,12 +225,19 @@ class SquirrelServer(MCPServer):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> Any:
-        """Call a tool; argument errors name the fields and rules, not the values."""
+        """Call a tool; argument errors name the fields and rules, not the values.
+
+        A storage failure (the sync server unreachable, a key refused) is the
+        user's to fix, not a crash: the agent gets its message, which names the
+        cause and never a key or memory text.
+        """
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as error:
             if isinstance(error.__cause__, ValidationError):
                 raise ToolError(describe_invalid(name, error.__cause__)) from error.__cause__
+            if isinstance(error.__cause__, StorageError):
+                raise ToolError(f"Error executing tool {name}: {error.__cause__}") from error.__cause__
             raise
 
 
