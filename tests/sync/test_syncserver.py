@@ -12,6 +12,7 @@ import os
 import secrets
 import stat
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,7 +20,7 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 
-from tests.sync.conftest import SyncServer, start_sync_server
+from tests.sync.conftest import SyncServer, fresh_postgres_database, start_sync_server
 
 Json = dict[str, Any]
 
@@ -451,3 +452,45 @@ def test_a_sqlite_database_is_private(tmp_path: Path) -> None:
 
 def test_health(sync_server: SyncServer) -> None:
     assert requests.get(sync_server.url + "/v1/health", timeout=30).json() == {"status": "ok"}
+
+
+# PostgreSQL going away -------------------------------------------------------
+
+
+@pytest.fixture
+def postgres_server(tmp_path: Path) -> Iterator[tuple[SyncServer, str]]:
+    """A server on a fresh PostgreSQL database, and the database's name."""
+    with fresh_postgres_database() as url, start_sync_server(url, log=tmp_path / "server.log") as server:
+        yield server, urlsplit(url).path.lstrip("/")
+
+
+def admin(statement: str) -> None:
+    import psycopg
+
+    with psycopg.connect(os.environ["SQUIRREL_TEST_POSTGRES_URL"], autocommit=True) as connection:
+        connection.execute(statement)
+
+
+def test_connections_cut_by_postgresql_are_replaced_unnoticed(
+    postgres_server: tuple[SyncServer, str],
+) -> None:
+    server, name = postgres_server
+    assert server.post("/v1/account", new_account()).status_code == 201
+    # What a PostgreSQL restart or an idle timeout does to the server's pooled connections.
+    admin(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'")
+    assert server.post("/v1/records", {"records": [record(memory_id(), 1)]}).status_code == 201
+    assert len(all_changes(server)) == 1
+
+
+def test_a_database_gone_is_503_unavailable_not_a_crash(postgres_server: tuple[SyncServer, str]) -> None:
+    server, name = postgres_server
+    assert server.post("/v1/account", new_account()).status_code == 201
+    admin(f"DROP DATABASE {name} WITH (FORCE)")
+    for answer in (
+        requests.get(server.url + "/v1/health", timeout=30),
+        server.get("/v1/account"),
+        server.post("/v1/records", {"records": [record(memory_id(), 1)]}),
+    ):
+        assert answer.status_code == 503
+        assert error_code(answer) == "unavailable"
+    assert name not in server.log.read_text(), "the database's name is not logged"

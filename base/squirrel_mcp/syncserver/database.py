@@ -231,6 +231,15 @@ class Database:
         """One transaction on a pooled connection; rolled back if the block raises."""
         with self._pool_lock:
             connection = self._idle.pop() if self._idle else None
+        if connection is not None and self._sqlite_path is None:
+            # A pooled PostgreSQL connection may have been closed by the server
+            # (a restart, an idle timeout) since its last use: try it before
+            # trusting a write to it, and start afresh if it is gone.
+            try:
+                connection.execute("SELECT 1")
+            except self._errors.operational:
+                _close_quietly(connection)
+                connection = None
         if connection is None:
             connection = self._connect()
         # Only a connection whose transaction ended cleanly goes back to the pool.
