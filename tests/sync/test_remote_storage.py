@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import base64
 import secrets
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +22,7 @@ from squirrel_mcp import crypto
 from squirrel_mcp.memories import ConflictError, MemoryStore
 from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, StorageError, remote
 from squirrel_mcp.storage.remote import RemoteStorage
-from tests.sync.conftest import SyncServer
+from tests.sync.conftest import SyncServer, start_sync_server
 
 PASSPHRASE = "correct horse battery staple"
 # Cheap scrypt for tests: the cost is the KDF's, not what is tested here.
@@ -220,3 +222,23 @@ def test_a_race_lost_at_the_server_is_reported_as_a_conflict(sync_server: SyncSe
     two.refresh()
     assert two.get(saved.id).text == "from one"
     assert [r.text for r in two.history(saved.id)] == ["first", "from one"]
+
+
+def test_the_servers_rate_limit_is_waited_out(database_url: str, tmp_path: Path) -> None:
+    """Against a real budget of 2 requests a second: every operation lands, after the waits asked."""
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        time.sleep(seconds)
+
+    rate = ("--rate-limit", "2", "--burst", "2")
+    with start_sync_server(database_url, *rate, log=tmp_path / "sync.log") as server:
+        storage = RemoteStorage(server.url, server.api_key, sleep=sleep)
+        storage.create_account(account())
+        records = [record(f"{n:016x}", 1) for n in range(1, 7)]
+        for one in records:
+            storage.append([one])
+        assert storage.changes_since(0) == (records, 6)
+    assert waits, "the server never said 429: the budget was not reached"
+    assert all(0 < wait <= remote.RETRY_AFTER_CAP for wait in waits)
