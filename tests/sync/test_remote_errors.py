@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from squirrel_mcp.config import ConfigError
 from squirrel_mcp.crypto import KdfParams
 from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, StorageError, remote
 from squirrel_mcp.storage.remote import RemoteStorage
@@ -356,3 +357,9 @@ def test_a_long_append_goes_in_batches_of_the_contract_limit(
     stub.storage().append([SealedRecord(MEMORY_ID, n, bytes([n]) * 40) for n in range(1, 6)])
     sizes = [len(json.loads(seen.body)["records"]) for seen in stub.seen]
     assert sizes == [2, 2, 1]
+
+
+def test_the_client_itself_refuses_cleartext_to_another_host() -> None:
+    with pytest.raises(ConfigError, match="must use https"):
+        RemoteStorage("http://sync.example.org", API_KEY)
+    RemoteStorage("http://[::1]:9", API_KEY).close()

@@ -49,6 +49,7 @@ import requests
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from squirrel_mcp import __version__
+from squirrel_mcp.config import check_api_base_url
 from squirrel_mcp.crypto import KdfParams
 from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, StorageError
 
@@ -160,12 +161,13 @@ class RemoteStorage:
         sleep: Callable[[float], None] = time.sleep,
         session: requests.Session | None = None,
     ) -> None:
-        """A client of the server at `base_url` (already checked by `config.check_api_base_url`).
+        """A client of the server at `base_url`: https, or http to loopback (else ConfigError).
 
         `sleep` and `session` are for tests: a recorder of the waits, a session
         with a recording transport.
         """
-        self._base = base_url.rstrip("/")
+        # Checked here as well as at start-up: no code path may send the key in cleartext.
+        self._base = check_api_base_url(base_url)
         parts = urlsplit(self._base)
         # How errors name the server: scheme, host and port only.
         self.origin = f"{parts.scheme}://{parts.netloc}"
