@@ -242,3 +242,24 @@ def test_the_servers_rate_limit_is_waited_out(database_url: str, tmp_path: Path)
         assert storage.changes_since(0) == (records, 6)
     assert waits, "the server never said 429: the budget was not reached"
     assert all(0 < wait <= remote.RETRY_AFTER_CAP for wait in waits)
+
+
+def test_what_each_write_costs_on_the_wire(sync_server: SyncServer) -> None:
+    """A save is one append and one pull; a correction pulls first, so its check sees the latest."""
+    storage, adapter = recording_storage(sync_server)
+    store = MemoryStore.create(storage, PASSPHRASE, kdf=CHEAP_KDF)
+
+    def requests_of(operation: Any) -> list[str]:
+        adapter.sent.clear()
+        operation()
+        return [f"{r.method} {(r.path_url or '').split('?')[0]}" for r in adapter.sent]
+
+    saved = store.save(entity="user", text="a", category="note", tags=[], keywords=[])
+    assert requests_of(
+        lambda: store.save(entity="user", text="b", category="note", tags=[], keywords=[])
+    ) == ["POST /v1/records", "GET /v1/records"]
+    assert requests_of(lambda: store.update(saved.id, changes={"text": "c"}, reason=None)) == [
+        "GET /v1/records",
+        "POST /v1/records",
+        "GET /v1/records",
+    ]
