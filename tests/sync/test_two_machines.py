@@ -23,6 +23,7 @@ import pytest
 import requests
 from mcp import Client
 
+from squirrel_mcp_embeddings.integrity import PACKAGED_MODEL_DIR
 from tests.conftest import PASSPHRASE, call, run_cli, server_params
 from tests.sync.conftest import SyncServer, start_sync_server
 
@@ -360,3 +361,33 @@ async def test_a_machine_reports_a_vanished_server_clearly(tmp_path: Path, datab
             assert first.api_key not in text and "ficus" not in text
             # The MCP server is still there for the next call.
             assert len((await client.list_tools()).tools) == 8
+
+
+@pytest.mark.skipif(
+    not (PACKAGED_MODEL_DIR / "model.onnx").exists(), reason="the model is not fetched (nox -s fetch_model)"
+)
+async def test_search_by_meaning_on_the_other_machine_with_its_own_vector_file(
+    tmp_path: Path, sync_server: SyncServer
+) -> None:
+    """With squirrel-mcp-embeddings: B finds A's memory by meaning; the vectors stay in B's cache."""
+    env_a = {**machine_env(tmp_path, "machine-a", sync_server.url, sync_server.api_key)}
+    env_b = {**machine_env(tmp_path, "machine-b", sync_server.url, sync_server.api_key)}
+    env_b["SQUIRREL_MCP_PLUGINS"] = "embeddings"
+    assert run_cli(env_a, "init").returncode == 0
+    async with Client(server_params(env_a)) as a:
+        saved = (await call(a, "save_memory", text="Is allergic to peanuts", category="profile"))["memory"]
+        await call(a, "save_memory", text="Drives a blue bicycle to work", category="fact")
+    async with Client(server_params(env_b)) as b:
+        for _ in range(300):
+            found = await call(b, "search_memory", query="food allergies")
+            if found["ranking"] == "hybrid":
+                break
+            await anyio.sleep(0.2)
+        assert found["ranking"] == "hybrid"
+        assert found["results"][0]["id"] == saved["id"]
+        assert found["results"][0]["lexicalScore"] == 0  # by meaning: no query word is in it
+    (vectors,) = Path(env_b["XDG_CACHE_HOME"]).rglob("memory-vectors-*.bin")
+    assert vectors.parent.name == "squirrel-notes"
+    assert b"peanuts" not in vectors.read_bytes()
+    assert not list(Path(env_a["XDG_CACHE_HOME"]).rglob("memory-vectors-*.bin"))
+    assert b"memory-vectors" not in sync_server.database_bytes()
