@@ -95,7 +95,10 @@ def _serve(database: Database, args: argparse.Namespace) -> int:
     app = create_app(database, Limits(rate=args.rate_limit, burst=args.burst))
     # The socket is bound here, not by uvicorn, so that --port 0 can say which port it got.
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-    listener = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP spelled out: asyncio turns Nagle off (TCP_NODELAY) only on sockets
+    # whose proto says TCP, and without it every keep-alive answer waits ~40 ms for
+    # the client's delayed ACK.
+    listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         listener.bind((args.host, args.port))
