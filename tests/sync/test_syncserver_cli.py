@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 from squirrel_mcp.syncserver import keys
-from squirrel_mcp.syncserver.ratelimit import RateLimiter
+from squirrel_mcp.syncserver.ratelimit import MAX_BUCKETS, RateLimiter
 from tests.sync.conftest import KEY_PATTERN, issue_key, start_sync_server, sync_command
 
 
@@ -114,3 +114,12 @@ def test_slow_rates_give_long_waits() -> None:
     limiter = RateLimiter(rate=0.01, burst=1, clock=clock)
     assert limiter.take("a") is None
     assert limiter.take("a") == 100
+
+
+def test_the_bucket_table_stays_bounded() -> None:
+    clock = FakeClock()
+    limiter = RateLimiter(rate=0.001, burst=1, clock=clock)
+    for address in range(MAX_BUCKETS + 50):
+        assert limiter.take(address) is None  # a new address starts full
+    assert len(limiter._buckets) <= MAX_BUCKETS
+    assert limiter.take(MAX_BUCKETS + 49) is not None  # the newest are still tracked

@@ -13,8 +13,9 @@ import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-# Past this many tracked buckets, the full ones (idle clients) are forgotten, so
-# a stream of new addresses cannot grow the table without bound.
+# Past this many tracked buckets, the full ones (idle clients) are forgotten, then
+# if need be the oldest, so a stream of new addresses cannot grow the table
+# without bound. Forgetting a bucket only ever refills it.
 MAX_BUCKETS = 10_000
 
 
@@ -25,7 +26,10 @@ class _Bucket:
 
 
 class RateLimiter:
-    """Token buckets keyed by anything hashable (a slot id, a client address)."""
+    """Token buckets keyed by anything hashable (a slot id, a client address).
+
+    Not thread-safe: the server touches it only from the event loop.
+    """
 
     def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
         """`rate` tokens per second, at most `burst` held."""
@@ -56,3 +60,6 @@ class RateLimiter:
             k for k, b in self._buckets.items() if b.tokens + (now - b.updated) * self.rate >= self.burst
         ]:
             del self._buckets[key]
+        # Dicts keep insertion order: the first keys are the longest tracked.
+        while len(self._buckets) >= MAX_BUCKETS:
+            del self._buckets[next(iter(self._buckets))]
