@@ -142,14 +142,18 @@ async def machines(tmp_path: Path, sync_server: SyncServer, proxy: RecordingProx
         yield Machines(a, b, (env_a, env_b))
 
 
-async def search_until_found(client: Client, query: str, memory_id: str) -> dict[str, Any]:
-    """search_memory until it finds `memory_id`: a machine may pull up to PULL_INTERVAL (2 s) late."""
+async def search_until_found(client: Client, query: str, memory_id: str, revision: int = 1) -> dict[str, Any]:
+    """search_memory until it finds `memory_id` at `revision` or later.
+
+    A machine may pull up to PULL_INTERVAL (2 s) late, so it may first answer from
+    its view as it was.
+    """
     for _ in range(40):
         found = await call(client, "search_memory", query=query)
-        if any(hit["id"] == memory_id for hit in found["results"]):
+        if any(hit["id"] == memory_id and hit["revision"] >= revision for hit in found["results"]):
             return found
         await anyio.sleep(0.25)
-    raise AssertionError(f"{memory_id} was never found by {query!r}")
+    raise AssertionError(f"{memory_id} at revision {revision} was never found by {query!r}")
 
 
 async def test_a_memory_saved_on_one_machine_is_found_on_the_other(
@@ -170,8 +174,8 @@ async def test_a_memory_saved_on_one_machine_is_found_on_the_other(
 
     # And back: B's correction reaches A.
     await call(machines.b, "update_memory", id=saved["id"], text="Quenelle the starter died in May")
-    found = await search_until_found(machines.a, "starter died", saved["id"])
-    assert found["results"][0]["revision"] == 2
+    found = await search_until_found(machines.a, "starter died", saved["id"], revision=2)
+    assert found["results"][0]["text"] == "Quenelle the starter died in May"
 
     # Neither machine made a local vault: what is local with remote storage is the cache.
     for env in machines.envs:
