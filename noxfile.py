@@ -133,6 +133,8 @@ def bench(session: nox.Session) -> None:
     session.run("python", "scripts/bench_search.py")
     session.run("python", "scripts/bench_hybrid.py")
     session.run("python", "scripts/bench_embed.py")
+    with postgres_for_tests(session):
+        session.run("python", "scripts/bench_sync.py")
 
 
 @nox.session(python=PYTHON)
