@@ -142,8 +142,8 @@ def create_app(database: Database, limits: Limits | None = None) -> Starlette:
         slot = await authenticate(request)
         if request.method == "POST":
             new = validation.new_account(await json_body(request))
-            await run_in_threadpool(database.create_account, slot, new)
-            return JSONResponse(_account_json(new), 201)
+            created = await run_in_threadpool(database.create_account, slot, new)
+            return JSONResponse(_account_json(created), 201)
         return JSONResponse(_account_json(await run_in_threadpool(database.get_account, slot)))
 
     async def records(request: Request) -> Response:

@@ -65,8 +65,8 @@ class Conflict(Exception):
 
 
 @dataclass(frozen=True)
-class StoredAccount:
-    """An account as the server holds it."""
+class NewAccount:
+    """What a client stores as its account: exactly the local vault's account record."""
 
     account_id: str
     salt: bytes
@@ -74,6 +74,12 @@ class StoredAccount:
     r: int
     p: int
     wrapped_data_key: bytes
+
+
+@dataclass(frozen=True)
+class StoredAccount(NewAccount):
+    """An account as the server holds it: with the time it was created."""
+
     created_at: str
 
 
@@ -325,8 +331,9 @@ class Database:
             raise NoAccount
         return StoredAccount(row[0], bytes(row[1]), row[2], row[3], row[4], bytes(row[5]), row[6])
 
-    def create_account(self, slot: int, account: StoredAccount) -> None:
+    def create_account(self, slot: int, new: NewAccount) -> StoredAccount:
         """Store the slot's account; AccountExists if it has one (nothing changes then)."""
+        account = StoredAccount(**vars(new), created_at=now())
         with self._transaction(write=True) as cursor:
             updated = cursor.execute(
                 "UPDATE slots SET account_id = ?, kdf_salt = ?, kdf_n = ?, kdf_r = ?, kdf_p = ?, "
@@ -344,6 +351,7 @@ class Database:
             ).rowcount
         if updated != 1:
             raise AccountExists
+        return account
 
     def append(self, slot: int, records: list[NewRecord]) -> list[StoredRecord]:
         """Store every record or none; Conflict names a taken (memory id, revision)."""

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from squirrel_mcp.crypto import KDF_N_RANGE, KDF_P_RANGE, KDF_R_RANGE
-from squirrel_mcp.syncserver.database import NewRecord, StoredAccount, now
+from squirrel_mcp.syncserver.database import NewAccount, NewRecord
 
 ACCOUNT_ID = re.compile(r"[0-9a-f]{32}")
 MEMORY_ID = re.compile(r"[0-9a-f]{16}")
@@ -87,7 +87,7 @@ def _base64(value: Any, where: str, chars: tuple[int, int], pattern: re.Pattern[
         raise InvalidRequest(f"{where} must be padded standard base64") from None
 
 
-def new_account(body: Any) -> StoredAccount:
+def new_account(body: Any) -> NewAccount:
     """The account of a `POST /v1/account` body."""
     fields = _object(body, "the body", {"id", "kdf", "wrappedDataKey"})
     kdf = _object(fields["kdf"], "kdf", {"alg", "salt", "n", "r", "p"})
@@ -96,14 +96,13 @@ def new_account(body: Any) -> StoredAccount:
     n = _integer(kdf["n"], "kdf.n", *KDF_N_RANGE)
     if n & (n - 1):
         raise InvalidRequest("kdf.n must be a power of two")
-    return StoredAccount(
+    return NewAccount(
         account_id=_text(fields["id"], "id", ACCOUNT_ID, "32 lowercase hex digits"),
         salt=_base64(kdf["salt"], "kdf.salt", (24, 24), _SALT),
         n=n,
         r=_integer(kdf["r"], "kdf.r", *KDF_R_RANGE),
         p=_integer(kdf["p"], "kdf.p", *KDF_P_RANGE),
         wrapped_data_key=_base64(fields["wrappedDataKey"], "wrappedDataKey", WRAPPED_KEY_CHARS),
-        created_at=now(),
     )
 
 
