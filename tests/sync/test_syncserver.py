@@ -377,7 +377,8 @@ def test_bodies_must_be_json_and_at_most_16_mib(sync_server: SyncServer, account
     assert as_text.status_code == 415
     assert error_code(as_text) == "unsupported_media_type"
     json_headers = {**headers, "Content-Type": "application/json"}
-    for broken in (b"{", b'{"records": [NaN]}', b"\xff\xfe", b"[" * 100_000):
+    utf16 = '{"records": []}'.encode("utf-16")
+    for broken in (b"{", b'{"records": [NaN]}', b"\xff\xfe", b"[" * 100_000, utf16):
         answer = requests.post(url, data=broken, headers=json_headers, timeout=30)
         assert answer.status_code == 400
         assert error_code(answer) == "invalid_request"

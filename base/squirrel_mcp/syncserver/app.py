@@ -134,7 +134,9 @@ def create_app(database: Database, limits: Limits | None = None) -> Starlette:
             if len(body) > MAX_BODY_BYTES:
                 raise _BodyError(413, "payload_too_large", f"the body is over {MAX_BODY_BYTES} bytes")
         try:
-            return json.loads(body, parse_constant=_refuse_constant)
+            # Decoded here: json.loads would also guess UTF-16 or UTF-32 from bytes,
+            # and JSON on the wire is UTF-8 (RFC 8259).
+            return json.loads(body.decode("utf-8"), parse_constant=_refuse_constant)
         except (ValueError, RecursionError):
             raise validation.InvalidRequest("the body is not valid JSON (UTF-8)") from None
 
