@@ -37,7 +37,11 @@ class VersionHook(MetadataHookInterface):
         version = read_version()
         metadata["version"] = version
         if metadata["name"] == "squirrel-mcp":
-            metadata["optional-dependencies"] = {"embeddings": [f"squirrel-mcp-embeddings=={version}"]}
+            metadata["optional-dependencies"] = {
+                "embeddings": [f"squirrel-mcp-embeddings=={version}"],
+                # The sync server's PostgreSQL driver; SQLite needs nothing extra.
+                "postgres": ["psycopg[binary]>=3.2,<4"],
+            }
         else:
             listed = tomllib.loads((Path(self.root) / "pyproject.toml").read_text())["tool"]["squirrel-mcp"]
             metadata["dependencies"] = [*listed["dependencies"], f"squirrel-mcp=={version}"]

@@ -1,6 +1,7 @@
 """Every job of the project, one nox session each.
 
-    nox -s tests   ruff, mypy, every test and every gate (what .ci/run and the README run)
+    nox -s tests   ruff, mypy, every test and every gate (what .ci/run and the README run); the sync
+                   server's tests get a throwaway PostgreSQL from .ci/postgres
     nox -s recall  the recall gate: lexical vs hybrid on the recall corpus; docs/recall.md
     nox -s diagnose -- queries.json   recall on your own memories (ids, ranks, scores only)
     nox -s reliability  kills, concurrency, soak, fuzzing, tampering; table in docs/reliability.md
@@ -16,7 +17,12 @@ from this checkout without dependencies, so what runs is exactly what was locked
 
 from __future__ import annotations
 
+import os
+import shlex
 import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import nox
 
@@ -34,6 +40,7 @@ LOCK_FLAGS = [
     "squirrel-mcp-embeddings",
     "-q",
 ]
+POSTGRES_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".ci", "postgres")
 
 
 def install_project(session: nox.Session, *locks: str) -> None:
@@ -60,6 +67,36 @@ def fetch_model(session: nox.Session) -> None:
     fetch_model_files(session, *session.posargs)
 
 
+@contextmanager
+def postgres_for_tests(session: nox.Session) -> Iterator[None]:
+    """A throwaway PostgreSQL (.ci/postgres) for the sync server's tests, stopped afterwards.
+
+    A cluster named by SQUIRREL_TEST_POSTGRES_URL is used as it is. Without one,
+    and where none can be started (not root, PostgreSQL not installed), the
+    PostgreSQL halves of the sync tests are skipped, saying so, unless
+    SQUIRREL_TEST_POSTGRES_REQUIRED=1 (set by .ci/run), which makes it an error.
+    """
+    if os.environ.get("SQUIRREL_TEST_POSTGRES_URL"):
+        yield
+        return
+    started = subprocess.run([POSTGRES_SCRIPT, "start"], stdout=subprocess.PIPE, text=True, check=False)
+    if started.returncode != 0:
+        if os.environ.get("SQUIRREL_TEST_POSTGRES_REQUIRED") == "1":
+            session.error("could not start PostgreSQL for the sync tests (.ci/postgres start failed)")
+        session.warn("no PostgreSQL for the sync tests: their PostgreSQL halves will be skipped")
+        yield
+        return
+    exported = {}
+    for line in started.stdout.splitlines():
+        name, _, value = line.removeprefix("export ").partition("=")
+        exported[name] = shlex.split(value)[0]
+    session.env.update(exported)
+    try:
+        yield
+    finally:
+        subprocess.run([POSTGRES_SCRIPT, "stop", exported["SQUIRREL_TEST_POSTGRES_DIR"]], check=False)
+
+
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """Lint, type-check and run every test (the model is fetched first, so its tests run)."""
@@ -69,7 +106,8 @@ def tests(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
-    session.run("pytest", *session.posargs)
+    with postgres_for_tests(session):
+        session.run("pytest", *session.posargs)
     run_recall(session)
     run_reliability(session)
 
@@ -146,6 +184,8 @@ def bench(session: nox.Session) -> None:
     session.run("python", "scripts/bench_search.py")
     session.run("python", "scripts/bench_hybrid.py")
     session.run("python", "scripts/bench_embed.py")
+    with postgres_for_tests(session):
+        session.run("python", "scripts/bench_sync.py")
 
 
 @nox.session(python=PYTHON)

@@ -164,17 +164,17 @@ def test_ctrl_c_deletes_the_temporary_vectors_and_leaves_the_servers_file(
     assert fingerprint(served["vectors"]) == before
 
 
-def test_the_passphrase_is_asked_without_echo(served: dict[str, Any], tmp_path: Path) -> None:
-    queries = tmp_path / "queries.json"
-    queries.write_text(json.dumps(questions(3)), encoding="utf-8")
-    env = diagnostic_env(served, tmp_path / "scratch")
-    del env["SQUIRREL_PASSPHRASE"]
+def on_terminal(argv: list[str], env: dict[str, str], answers: dict[bytes, bytes]) -> tuple[int, str]:
+    """Run `argv` with a pseudo-terminal as its terminal, typing each answer once its prompt shows.
+
+    Returns the exit code and everything the terminal showed (what a person would see).
+    """
     pid, terminal = pty.fork()
-    if pid == 0:  # the child: the diagnostic, with this pseudo-terminal as its terminal
-        os.execve(str(SCRIPT), [str(SCRIPT), str(queries)], env)
+    if pid == 0:  # the child: the program, with this pseudo-terminal as its terminal
+        os.execve(argv[0], argv, env)
     seen = b""
+    waiting = dict(answers)
     deadline = time.monotonic() + 300
-    answered = False
     while time.monotonic() < deadline:
         try:
             chunk = os.read(terminal, 4096)
@@ -183,14 +183,23 @@ def test_the_passphrase_is_asked_without_echo(served: dict[str, Any], tmp_path: 
         if not chunk:
             break
         seen += chunk
-        if not answered and b"Passphrase: " in seen:
-            os.write(terminal, PASSPHRASE.encode() + b"\n")
-            answered = True
+        for prompt in [prompt for prompt in waiting if prompt in seen]:
+            os.write(terminal, waiting.pop(prompt) + b"\n")
     _, status = os.waitpid(pid, 0)
     os.close(terminal)
-    assert answered and os.waitstatus_to_exitcode(status) == 0, seen[-500:]
-    assert " memories · model " in seen.decode("utf-8", "replace")
-    assert PASSPHRASE.encode() not in seen
+    assert not waiting, f"never prompted for {sorted(waiting)}"
+    return os.waitstatus_to_exitcode(status), seen.decode("utf-8", "replace")
+
+
+def test_the_passphrase_is_asked_without_echo(served: dict[str, Any], tmp_path: Path) -> None:
+    queries = tmp_path / "queries.json"
+    queries.write_text(json.dumps(questions(3)), encoding="utf-8")
+    env = diagnostic_env(served, tmp_path / "scratch")
+    del env["SQUIRREL_PASSPHRASE"]
+    code, seen = on_terminal([str(SCRIPT), str(queries)], env, {b"Passphrase: ": PASSPHRASE.encode()})
+    assert code == 0, seen[-500:]
+    assert " memories · model " in seen
+    assert PASSPHRASE not in seen
     assert list((tmp_path / "scratch").iterdir()) == []
 
 

@@ -1,7 +1,8 @@
 """The `squirrel-mcp` command: serve MCP over stdio, or manage the vault.
 
     squirrel-mcp            serve over stdio (what an MCP client config runs)
-    squirrel-mcp init       create a vault and print a client config block
+    squirrel-mcp init       create a vault (or, with SQUIRREL_API_BASE_URL, the account
+                            on a sync server) and print a client config block
     squirrel-mcp export     every memory with its history, as JSON
     squirrel-mcp import F   add an export's memories (safe to repeat)
     squirrel-mcp --version
@@ -17,13 +18,14 @@ import getpass
 import json
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from squirrel_mcp import __version__
-from squirrel_mcp.config import Config, ConfigError
+from squirrel_mcp.config import Config, ConfigError, check_api_base_url
 from squirrel_mcp.crypto import WrongPassphraseError
 from squirrel_mcp.files import atomic_write
 from squirrel_mcp.memories import MemoryStore, NoAccountError
-from squirrel_mcp.storage import StorageError
+from squirrel_mcp.storage import Storage, StorageError
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp.transfer import ImportFileError, export_json, import_json
 
@@ -57,54 +59,99 @@ def _passphrase(config: Config, *, confirm: bool) -> str:
     return first
 
 
+def open_storage(config: Config, *, create: bool) -> Storage:
+    """The configured backend: the sync server's API when SQUIRREL_API_BASE_URL is set, else the vault."""
+    config.check()
+    if config.api_base_url is not None and config.api_key is not None:
+        # Imported here: the local vault's start-up does not pay for importing requests.
+        from squirrel_mcp.storage.remote import RemoteStorage
+
+        return RemoteStorage(check_api_base_url(config.api_base_url), config.api_key)
+    return LocalVault(config.vault_path, create=create)
+
+
+def _where(config: Config) -> str:
+    """Where the memories live, for messages: the server's address or the vault's path."""
+    if config.api_base_url is not None:
+        parts = urlsplit(check_api_base_url(config.api_base_url))
+        return f"the sync server at {parts.scheme}://{parts.netloc}"
+    return f"the vault at {config.vault_path}"
+
+
 def open_store(config: Config, *, create: bool) -> MemoryStore:
-    """Unlock the configured vault (creating it first when `create` and it is missing)."""
-    config.check_local()
+    """Unlock the configured account (creating it first when `create` and it is missing)."""
+    config.check()
     if not config.passphrase and create:
         raise UserError("SQUIRREL_PASSPHRASE is not set; run `squirrel-mcp init` to create a vault")
-    existed = config.vault_path.exists()
-    vault = LocalVault(config.vault_path, create=create)
+    existed = config.remote or config.vault_path.exists()
+    storage = open_storage(config, create=create)
     try:
         passphrase = _passphrase(config, confirm=False)
-        if vault.load_account() is None:
+        if storage.load_account() is None:
             if not create:
+                if config.remote:
+                    raise NoAccountError(f"{_where(config)} holds no account yet: run `squirrel-mcp init`")
                 raise NoAccountError(f"the vault at {config.vault_path} holds no account")
-            store = MemoryStore.create(vault, passphrase)
-            # An existing file without an account is one whose creation was cut short,
-            # or one emptied since: either way the user should hear of the new account.
-            _err(
-                f"created a new vault at {config.vault_path}"
-                if not existed
-                else f"the vault at {config.vault_path} held no account; created a new one in it"
-            )
+            try:
+                store = MemoryStore.create(storage, passphrase)
+            except StorageError:
+                # Another machine created the server's account meanwhile: use theirs.
+                if not config.remote or storage.load_account() is None:
+                    raise
+                return MemoryStore.unlock(storage, passphrase)
+            if config.remote:
+                _err(f"created a new account on {_where(config)}")
+            else:
+                # An existing file without an account is one whose creation was cut short,
+                # or one emptied since: either way the user should hear of the new account.
+                _err(
+                    f"created a new vault at {config.vault_path}"
+                    if not existed
+                    else f"the vault at {config.vault_path} held no account; created a new one in it"
+                )
             return store
-        return MemoryStore.unlock(vault, passphrase)
+        return MemoryStore.unlock(storage, passphrase)
     except BaseException:
-        vault.close()
+        storage.close()
         raise
 
 
 def _client_config(config: Config) -> str:
     env = {"SQUIRREL_PASSPHRASE": "<your passphrase>"}
-    if config.vault_path != Config.from_env({}).vault_path:
+    if config.api_base_url is not None:
+        env["SQUIRREL_API_BASE_URL"] = check_api_base_url(config.api_base_url)
+        env["SQUIRREL_API_KEY"] = "<your API key>"
+    elif config.vault_path != Config.from_env({}).vault_path:
         env["SQUIRREL_VAULT"] = str(config.vault_path)
     block = {"mcpServers": {"squirrel-notes": {"command": "squirrel-mcp", "args": [], "env": env}}}
     return json.dumps(block, indent=2)
 
 
 def cmd_init(config: Config) -> int:
-    """Create the vault, asking for the passphrase twice unless SQUIRREL_PASSPHRASE is set."""
-    config.check_local()
-    vault = LocalVault(config.vault_path, create=True)
+    """Create the vault, or the account on the sync server, asking for the passphrase twice.
+
+    SQUIRREL_PASSPHRASE, when set, is used instead of asking. On a server the
+    API key's slot must be empty (the server's operator issues keys).
+    """
+    storage = open_storage(config, create=True)
+    where = _where(config)
     try:
-        if vault.load_account() is not None:
+        if storage.load_account() is not None:
+            if config.remote:
+                raise UserError(f"{where} already holds an account for this API key; nothing was changed")
             raise UserError(f"a vault already exists at {config.vault_path}; nothing was changed")
-        MemoryStore.create(vault, _passphrase(config, confirm=True))
+        MemoryStore.create(storage, _passphrase(config, confirm=True))
     finally:
-        vault.close()
-    print(f"Created an encrypted vault at {config.vault_path}\n")
+        storage.close()
+    if config.remote:
+        print(f"Created an encrypted account on {where}\n")
+    else:
+        print(f"Created an encrypted vault at {config.vault_path}\n")
     print("Add this to your MCP client's config (Claude Desktop, Claude Code, Cursor, ...),")
-    print("with your passphrase in place of the placeholder:\n")
+    if config.remote:
+        print("with your API key and passphrase in place of the placeholders:\n")
+    else:
+        print("with your passphrase in place of the placeholder:\n")
     print(_client_config(config))
     return 0
 
@@ -135,7 +182,7 @@ def cmd_import(config: Config, source: str) -> int:
 
 
 def cmd_serve(config: Config) -> int:
-    """Unlock the vault, then serve MCP over stdio until the client closes it."""
+    """Unlock the account, then serve MCP over stdio until the client closes it."""
     from squirrel_mcp.plugins import PluginHost, get_plugin_manager, load_plugins
     from squirrel_mcp.server import create_server
 
@@ -161,7 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"squirrel-mcp {__version__}")
     commands = parser.add_subparsers(dest="command")
     commands.add_parser("serve", help="serve MCP over stdio (the default)")
-    commands.add_parser("init", help="create an encrypted vault and print an MCP client config block")
+    commands.add_parser(
+        "init",
+        help="create an encrypted vault (or an account on the sync server SQUIRREL_API_BASE_URL names) "
+        "and print an MCP client config block",
+    )
     export = commands.add_parser("export", help="write every memory with its history as JSON")
     export.add_argument("-o", "--output", help="file to write (mode 0600); default: stdout")
     imported = commands.add_parser("import", help="add the memories of an export file (safe to repeat)")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import platformdirs
 
@@ -41,10 +43,60 @@ class Config:
             api_key=env.get("SQUIRREL_API_KEY") or None,
         )
 
-    def check_local(self) -> None:
-        """Refuse a remote configuration this version cannot serve, rather than ignore it."""
-        if self.api_base_url:
+    @property
+    def remote(self) -> bool:
+        """True when memories live on a sync server rather than in the local vault."""
+        return self.api_base_url is not None
+
+    def check(self) -> None:
+        """Refuse a half-made or unsafe remote configuration rather than guess or ignore it."""
+        if self.api_base_url is None:
+            if self.api_key is not None:
+                raise ConfigError(
+                    "SQUIRREL_API_KEY is set but SQUIRREL_API_BASE_URL is not: set the sync server's URL, "
+                    "or unset the key to use the local vault"
+                )
+            return
+        check_api_base_url(self.api_base_url)
+        if self.api_key is None:
             raise ConfigError(
-                "SQUIRREL_API_BASE_URL is set, but this version of squirrel-mcp serves only the "
-                "local vault; unset it to use the local vault"
+                "SQUIRREL_API_BASE_URL is set but SQUIRREL_API_KEY is not: set the API key "
+                "your sync server issued"
             )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_api_base_url(url: str) -> str:
+    """The sync server's base URL without a trailing slash; ConfigError if it is unsafe or malformed.
+
+    Only https is accepted, or plain http to a loopback address (a server on this
+    machine, as in tests): the API key travels in every request's header and must
+    not cross a network in cleartext. The URL is never echoed, since it could
+    carry credentials.
+    """
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError:
+        raise ConfigError("SQUIRREL_API_BASE_URL is not a valid URL") from None
+    if parts.scheme not in ("https", "http") or not host:
+        raise ConfigError("SQUIRREL_API_BASE_URL must be an https:// URL, e.g. https://sync.example.org")
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError("SQUIRREL_API_BASE_URL must not hold credentials: put the key in SQUIRREL_API_KEY")
+    if parts.query or parts.fragment:
+        raise ConfigError("SQUIRREL_API_BASE_URL must not have a query or a fragment")
+    if parts.scheme == "http" and not _is_loopback(host):
+        raise ConfigError(
+            "SQUIRREL_API_BASE_URL must use https: plain http is accepted only to a loopback address "
+            "(127.0.0.1, ::1, localhost), so the API key never crosses a network in cleartext"
+        )
+    return url.rstrip("/")

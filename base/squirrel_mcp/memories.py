@@ -4,13 +4,17 @@ Every backend is an append-only log of sealed revisions. This module holds the
 decrypted view of that log in memory (the server's working set; search runs over
 it) and turns the agent's operations into new revisions. Before each operation
 it pulls what other processes appended since its last look, so two servers on
-one vault see each other's writes at their next call.
+one vault see each other's writes at their next call. A backend whose pulls cost
+a round trip (the remote API) sets `pull_interval`: reads within that many
+seconds of the last pull use the view as it is, while a write always pulls
+first, so its conflict check sees the latest revision storage holds.
 """
 
 from __future__ import annotations
 
 import secrets
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -76,6 +80,7 @@ class MemoryStore:
         self._key = data_key
         self._histories: dict[str, _History] = {}
         self._cursor = 0
+        self._pulled_at: float | None = None
         # Search's view of the latest live revisions, updated as they are decrypted.
         self.index = SearchIndex()
         # Tools run in worker threads; one lock keeps read-modify-append atomic here.
@@ -111,10 +116,19 @@ class MemoryStore:
 
     # Reading -----------------------------------------------------------------
 
-    def refresh(self) -> None:
-        """Decrypt whatever was appended since the last look."""
+    def refresh_if_stale(self) -> None:
+        """`refresh`, unless the last pull is younger than the storage's `pull_interval` (reads use this)."""
         with self._lock:
+            pulled = self._pulled_at
+            if pulled is None or time.monotonic() - pulled >= self._storage.pull_interval:
+                self.refresh()
+
+    def refresh(self) -> None:
+        """Decrypt whatever was appended since the last look (writes always call this first)."""
+        with self._lock:
+            started = time.monotonic()
             records, self._cursor = self._storage.changes_since(self._cursor)
+            self._pulled_at = started
             for record in records:
                 history = self._histories.setdefault(record.memory_id, _History())
                 revision = self._open(record)
@@ -148,6 +162,12 @@ class MemoryStore:
             return None
         return revision
 
+    def _refresh_for(self, memory_id: str) -> None:
+        """Refresh if stale, and also if the view has never seen this id (it may be seconds old)."""
+        self.refresh_if_stale()
+        if memory_id not in self._histories:
+            self.refresh()
+
     def _latest(self, memory_id: str) -> Revision:
         history = self._histories.get(memory_id)
         if history is None:
@@ -160,13 +180,13 @@ class MemoryStore:
     def get(self, memory_id: str) -> Revision:
         """The latest revision of a memory (a tombstone if it is deleted)."""
         with self._lock:
-            self.refresh()
+            self._refresh_for(memory_id)
             return self._latest(memory_id)
 
     def history(self, memory_id: str) -> list[Revision]:
         """Every readable revision, oldest first."""
         with self._lock:
-            self.refresh()
+            self._refresh_for(memory_id)
             latest = self._latest(memory_id)
             history = self._histories[latest.id]
             return [history.revisions[n] for n in sorted(history.revisions)]
@@ -174,7 +194,7 @@ class MemoryStore:
     def current(self, *, include_deleted: bool = False) -> list[Revision]:
         """The latest readable revision of every memory, newest change first."""
         with self._lock:
-            self.refresh()
+            self.refresh_if_stale()
             latest = []
             for history in self._histories.values():
                 number = history.latest_number()
@@ -253,12 +273,21 @@ class MemoryStore:
         memory_id: str,
         change: Change,
         expected_revision: int | None,
+        was_deleted: bool,
+        refusal: str,
         **fields: object,
     ) -> Revision:
-        """Write the revision after the latest one, with `fields` changed."""
+        """Write the revision after the latest one, with `fields` changed.
+
+        The latest revision must be a tombstone if `was_deleted`, live otherwise
+        (else MemoryOperationError with `refusal`). It is judged after a pull, so a
+        delete made on another machine a second ago counts.
+        """
         with self._lock:
             self.refresh()
             latest = self._latest(memory_id)
+            if latest.deleted != was_deleted:
+                raise MemoryOperationError(f"memory {memory_id} {refusal}")
             if expected_revision is not None and latest.revision != expected_revision:
                 raise ConflictError(
                     f"memory {memory_id} is at revision {latest.revision}, not {expected_revision}: "
@@ -272,7 +301,7 @@ class MemoryStore:
             except RevisionConflict:
                 self.refresh()
                 raise ConflictError(
-                    f"memory {memory_id} was changed by another process at the same moment; "
+                    f"memory {memory_id} was changed by another process (or machine) at the same moment; "
                     "read it again with get_memory, then retry"
                 ) from None
             return revision
@@ -286,21 +315,39 @@ class MemoryStore:
         expected_revision: int | None = None,
     ) -> Revision:
         """A correction: the next revision with `changes` applied; the old one stays."""
-        if self.get(memory_id).deleted:
-            raise MemoryOperationError(f"memory {memory_id} is deleted; restore_memory it first")
-        return self._next(memory_id, "corrected", expected_revision, reason=reason, **changes)
+        return self._next(
+            memory_id,
+            "corrected",
+            expected_revision,
+            was_deleted=False,
+            refusal="is deleted; restore_memory it first",
+            reason=reason,
+            **changes,
+        )
 
     def delete(self, memory_id: str, *, reason: str | None) -> Revision:
         """A tombstone revision; restore undoes it."""
-        if self.get(memory_id).deleted:
-            raise MemoryOperationError(f"memory {memory_id} is already deleted")
-        return self._next(memory_id, "deleted", None, deleted=True, reason=reason)
+        return self._next(
+            memory_id,
+            "deleted",
+            None,
+            was_deleted=False,
+            refusal="is already deleted",
+            deleted=True,
+            reason=reason,
+        )
 
     def restore(self, memory_id: str) -> Revision:
         """Undo a delete: a new revision with the memory's content back."""
-        if not self.get(memory_id).deleted:
-            raise MemoryOperationError(f"memory {memory_id} is not deleted")
-        return self._next(memory_id, "restored", None, deleted=False, reason=None)
+        return self._next(
+            memory_id,
+            "restored",
+            None,
+            was_deleted=True,
+            refusal="is not deleted",
+            deleted=False,
+            reason=None,
+        )
 
     def import_history(self, revisions: list[Revision]) -> tuple[int, int, list[int]]:
         """Add an exported memory's revisions that this account lacks.

@@ -242,7 +242,7 @@ def run_search(
     The tool calls this; so do the recall gate and the diagnostic, so what they
     measure is what an agent gets.
     """
-    store.refresh()
+    store.refresh_if_stale()
 
     def accepts(memory: Revision) -> bool:
         return (category is None or memory.category == category) and _has_tags(memory, tags)
@@ -290,7 +290,12 @@ class SquirrelServer(MCPServer):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> Any:
-        """Call a tool; argument errors name the fields and rules, not the values."""
+        """Call a tool; argument errors name the fields and rules, not the values.
+
+        A storage failure (the sync server unreachable, a key refused) is the
+        user's to fix, not a crash: the agent gets its message, which names the
+        cause and never a key or memory text.
+        """
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as error:

@@ -4,10 +4,11 @@
 
 queries.json is a list of {"query": "DNS ad blocking", "expect": "Pi-hole"}: `expect`
 is a piece of the memory you mean (its text, entity or a tag), matched ignoring case
-and Latin accents. It unlocks your vault as the server does (asking for the
-passphrase on the terminal, without echo, unless SQUIRREL_PASSPHRASE is set), starts
-the same model through the same plugin code, embeds every memory, and answers each
-query with the function behind search_memory (`squirrel_mcp.server.run_search`,
+and Latin accents. It unlocks your memories as the server does, from the local
+vault or the sync server (asking for the API key and the passphrase on the
+terminal, without echo, unless SQUIRREL_API_KEY and SQUIRREL_PASSPHRASE are set),
+starts the same model through the same plugin code, embeds every memory, and
+answers each query with the function behind search_memory (`squirrel_mcp.server.run_search`,
 near misses on). For each memory `expect` finds it prints the memory's id, its rank
 as a match or a near miss, its rank by meaning among all memories, its cosine, and
 how far under the model's floor it is.
@@ -21,6 +22,8 @@ own vector file is neither read nor written.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import getpass
 import json
 import os
 import shutil
@@ -172,6 +175,18 @@ def diagnose(
     print(f"\nan expected memory in the top 5 matches: {hits_in_top} of {with_expected} queries")
 
 
+def with_api_key(config: Config) -> Config:
+    """`config`, with the API key asked on the terminal (no echo) when a sync server is set and it is not."""
+    if config.api_base_url is None or config.api_key is not None:
+        return config
+    if not sys.stdin.isatty():
+        raise UserError("SQUIRREL_API_KEY is not set (and there is no terminal to ask on)")
+    key = getpass.getpass("API key: ").strip()
+    if not key:
+        raise UserError("no API key was given")
+    return dataclasses.replace(config, api_key=key)
+
+
 def _interrupted(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
@@ -191,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(f"{plugin.ENABLED_VARIABLE}=0 turns embeddings off; unset it to diagnose")
         # The plugin keeps its vectors under the cache directory: here, the scratch one.
         os.environ[vectors.CACHE_DIR_VARIABLE] = str(scratch)
-        config = Config.from_env()
+        config = with_api_key(Config.from_env())
         store = open_store(config, create=False)
         pm = get_plugin_manager()
         embeddings = plugin.EmbeddingsPlugin()

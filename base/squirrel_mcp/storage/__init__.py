@@ -7,7 +7,8 @@ bytes". Everything else (decryption, history, search) happens in
 `squirrel_mcp.memories`, the same for every backend.
 
 The local SQLite vault (`storage.local`) is the default; the remote API client
-is one more class with these methods.
+(`storage.remote`, used when SQUIRREL_API_BASE_URL is set) is one more class
+with these methods.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ class RevisionConflict(Exception):
 
 class Storage(Protocol):
     """The backend interface: an account and an append-only log of sealed records."""
+
+    #: Seconds a pull stays fresh. A read within this long of the last pull skips
+    #: `changes_since`; a write always pulls first. 0 means: pull before every operation.
+    pull_interval: float
 
     def load_account(self) -> Account | None:
         """The stored account, or None when this storage has none yet."""

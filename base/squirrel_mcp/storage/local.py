@@ -56,6 +56,9 @@ def _create_private_file(path: Path) -> None:
 class LocalVault:
     """The SQLite backend of `squirrel_mcp.storage.Storage`."""
 
+    # A pull is one indexed SELECT on a local file: cheap enough to do before every operation.
+    pull_interval = 0.0
+
     def __init__(self, path: Path, *, create: bool) -> None:
         """Open the vault at `path`; with `create`, make the file if it is missing."""
         self.path = path

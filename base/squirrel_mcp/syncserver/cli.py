@@ -1,0 +1,133 @@
+"""`squirrel-mcp-sync`: run the reference sync server, or issue an API key for it.
+
+    squirrel-mcp-sync serve --database URL [--host 127.0.0.1] [--port 8765]
+    squirrel-mcp-sync issue-key --database URL
+
+The database URL may come from SQUIRREL_SYNC_DATABASE instead of --database
+(better for a PostgreSQL URL holding a password: the command line is visible to
+every user of the machine). Neither command ever prints the URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import socket
+import sys
+
+from squirrel_mcp import __version__
+from squirrel_mcp.syncserver import keys
+from squirrel_mcp.syncserver.app import Limits, create_app
+from squirrel_mcp.syncserver.database import Database, DatabaseError, DatabaseUnavailable
+
+DEFAULT_PORT = 8765
+DATABASE_ENV = "SQUIRREL_SYNC_DATABASE"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="squirrel-mcp-sync",
+        description="The squirrel-mcp sync server: ciphertext-only storage shared by several machines.",
+    )
+    parser.add_argument("--version", action="version", version=f"squirrel-mcp-sync {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    database_help = f"sqlite:///ABSOLUTE/PATH or postgresql://... (default: ${DATABASE_ENV})"
+
+    serve = commands.add_parser("serve", help="serve the sync API over HTTP")
+    serve.add_argument("--database", help=database_help)
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 = any)"
+    )
+    serve.add_argument(
+        "--rate-limit",
+        type=float,
+        default=Limits.rate,
+        help="requests per second per key (default %(default)s)",
+    )
+    serve.add_argument("--burst", type=int, default=Limits.burst, help="requests a key may send at once")
+    serve.add_argument("--no-access-log", action="store_true", help="do not log one line per request")
+
+    issue = commands.add_parser("issue-key", help="make a new API key (and its empty account slot)")
+    issue.add_argument("--database", help=database_help)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run `squirrel-mcp-sync`; the process exit code."""
+    args = _parser().parse_args(argv)
+    url = args.database or os.environ.get(DATABASE_ENV)
+    if not url:
+        print(f"squirrel-mcp-sync: give --database URL or set {DATABASE_ENV}", file=sys.stderr)
+        return 2
+    try:
+        database = Database(url)
+    except (DatabaseError, DatabaseUnavailable) as problem:
+        print(f"squirrel-mcp-sync: {problem}", file=sys.stderr)
+        return 1
+    try:
+        if args.command == "issue-key":
+            return _issue_key(database)
+        return _serve(database, args)
+    finally:
+        database.close()
+
+
+def _issue_key(database: Database) -> int:
+    key = keys.new_key()
+    database.add_slot(keys.key_hash(key))
+    print(key)
+    print(
+        "squirrel-mcp-sync: this key is shown once; the server keeps only its hash. "
+        "Give it to squirrel-mcp as SQUIRREL_API_KEY.",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _serve(database: Database, args: argparse.Namespace) -> int:
+    import uvicorn
+
+    if args.rate_limit <= 0 or args.burst < 1:
+        print("squirrel-mcp-sync: --rate-limit must be positive and --burst at least 1", file=sys.stderr)
+        return 2
+    app = create_app(database, Limits(rate=args.rate_limit, burst=args.burst))
+    # The socket is bound here, not by uvicorn, so that --port 0 can say which port it got.
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    # IPPROTO_TCP spelled out: asyncio turns Nagle off (TCP_NODELAY) only on sockets
+    # whose proto says TCP, and without it every keep-alive answer waits ~40 ms for
+    # the client's delayed ACK.
+    listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((args.host, args.port))
+    except OSError as problem:
+        print(
+            f"squirrel-mcp-sync: cannot listen on {args.host}:{args.port} ({problem.strerror})",
+            file=sys.stderr,
+        )
+        return 1
+    host, port = listener.getsockname()[:2]
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    print(
+        f"squirrel-mcp-sync: serving http://{shown}:{port} ({database.dialect})", file=sys.stderr, flush=True
+    )
+    if not _is_loopback(args.host):
+        print(
+            "squirrel-mcp-sync: this speaks plain HTTP; put it behind a TLS reverse proxy "
+            "(docs/sync-server.md), since API keys travel in every request",
+            file=sys.stderr,
+        )
+    config = uvicorn.Config(
+        app, log_level="info", access_log=not args.no_access_log, server_header=False, proxy_headers=False
+    )
+    uvicorn.Server(config).run(sockets=[listener])
+    return 0
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"

@@ -1,0 +1,462 @@
+"""The sync server's store: key slots, their accounts and their sealed records.
+
+One class, two databases, chosen by URL: `sqlite:///absolute/path.sqlite3` for one
+machine, `postgresql://user@host/dbname` (psycopg 3, the `postgres` extra) when it
+outgrows one. The SQL is the same on both but for two column types and the row
+lock, which the `_Dialect` holds.
+
+Tables:
+    slots    one row per API key: the key's SHA-256, and once `squirrel-mcp init`
+             has run, the account (id, scrypt salt and parameters, wrapped data
+             key) and the last sequence number given to one of its records.
+    records  one row per sealed memory revision: (slot, seq) is the cursor order,
+             (slot, memory id, revision) is unique, as in the local vault.
+
+Sequence numbers are per slot and given out under the slot's row lock (SQLite:
+the write lock of BEGIN IMMEDIATE; PostgreSQL: SELECT ... FOR UPDATE), so they
+increase in commit order with no gaps: a reader that has seen seq N and asks
+for what comes after N can never miss a record committed later with a lower
+number, which a shared auto-increment would allow on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+SCHEMA_VERSION = 1
+SQLITE_BUSY_TIMEOUT_S = 10
+# Idle connections kept for reuse; more are opened when more requests run at once.
+POOL_SIZE = 8
+
+
+class DatabaseError(Exception):
+    """The database URL is unusable, or the database is not a sync server's."""
+
+
+class DatabaseUnavailable(Exception):
+    """The database cannot be reached or answered with an operational error."""
+
+
+class NoAccount(Exception):
+    """The slot has no account yet."""
+
+
+class AccountExists(Exception):
+    """The slot already holds an account."""
+
+
+class Conflict(Exception):
+    """A (memory id, revision) of an append is taken; nothing was stored."""
+
+    def __init__(self, memory_id: str, revision: int) -> None:
+        super().__init__(f"memory {memory_id} already has a revision {revision}")
+        self.memory_id = memory_id
+        self.revision = revision
+
+
+@dataclass(frozen=True)
+class NewAccount:
+    """What a client stores as its account: exactly the local vault's account record."""
+
+    account_id: str
+    salt: bytes
+    n: int
+    r: int
+    p: int
+    wrapped_data_key: bytes
+
+
+@dataclass(frozen=True)
+class StoredAccount(NewAccount):
+    """An account as the server holds it: with the time it was created."""
+
+    created_at: str
+
+
+@dataclass(frozen=True)
+class NewRecord:
+    """A sealed memory revision to append."""
+
+    memory_id: str
+    revision: int
+    ciphertext: bytes
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    """A sealed memory revision with its place in the slot's log."""
+
+    seq: int
+    memory_id: str
+    revision: int
+    ciphertext: bytes
+    stored_at: str
+
+
+@dataclass(frozen=True)
+class ChangesPage:
+    """Records after a cursor, the new cursor, and whether more remain."""
+
+    records: list[StoredRecord]
+    cursor: int
+    more: bool
+
+
+@dataclass(frozen=True)
+class _Dialect:
+    name: str
+    blob: str
+    slot_id: str
+    slot_for_append: str  # reads the slot row, locked until the append commits
+
+
+_SLOT_ROW = "SELECT account_id, last_seq FROM slots WHERE slot_id = ?"
+# SQLite locks the whole database at BEGIN IMMEDIATE, so the row needs no lock of its own.
+_SQLITE = _Dialect("sqlite", "BLOB", "INTEGER PRIMARY KEY", _SLOT_ROW)
+_POSTGRES = _Dialect(
+    "postgresql", "BYTEA", "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", _SLOT_ROW + " FOR UPDATE"
+)
+
+
+def _schema(d: _Dialect) -> list[str]:
+    return [
+        "CREATE TABLE IF NOT EXISTS sync_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        f"""CREATE TABLE IF NOT EXISTS slots (
+            slot_id {d.slot_id},
+            key_hash {d.blob} NOT NULL UNIQUE,
+            created_at TEXT NOT NULL,
+            account_id TEXT,
+            kdf_salt {d.blob},
+            kdf_n INTEGER,
+            kdf_r INTEGER,
+            kdf_p INTEGER,
+            wrapped_data_key {d.blob},
+            account_created_at TEXT,
+            last_seq BIGINT NOT NULL DEFAULT 0
+        )""",
+        f"""CREATE TABLE IF NOT EXISTS records (
+            slot_id BIGINT NOT NULL REFERENCES slots (slot_id),
+            seq BIGINT NOT NULL,
+            memory_id TEXT NOT NULL,
+            revision INTEGER NOT NULL,
+            ciphertext {d.blob} NOT NULL,
+            stored_at TEXT NOT NULL,
+            PRIMARY KEY (slot_id, seq),
+            UNIQUE (slot_id, memory_id, revision)
+        )""",
+    ]
+
+
+def now() -> str:
+    """The current UTC time, RFC 3339 with microseconds."""
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _create_private_file(path: Path) -> None:
+    """Create an empty file with mode 0600 (its directory 0700) if it is absent."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a `sqlite:///absolute/path` URL; None for another scheme."""
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite":
+        return None
+    path = unquote(parts.path)
+    if parts.netloc or not path.startswith("/") or parts.query or parts.fragment:
+        raise DatabaseError("a SQLite database URL is sqlite:///ABSOLUTE/PATH (three slashes, then the path)")
+    return Path(path)
+
+
+class Database:
+    """The sync server's tables on SQLite or PostgreSQL; safe to use from many threads."""
+
+    def __init__(self, url: str) -> None:
+        """Open (creating the tables if needed) the database named by `url`."""
+        self._sqlite_path = sqlite_path(url)
+        self._url = url
+        if self._sqlite_path is not None:
+            self._dialect = _SQLITE
+            self._errors = _sqlite_errors()
+            _create_private_file(self._sqlite_path)
+        elif urlsplit(url).scheme in ("postgresql", "postgres"):
+            self._dialect = _POSTGRES
+            self._errors = _postgres_errors()
+        else:
+            raise DatabaseError("the database URL must start with sqlite:/// or postgresql://")
+        self._idle: list[Any] = []
+        self._pool_lock = threading.Lock()
+        self._create_schema()
+
+    @property
+    def dialect(self) -> str:
+        """The database kind: sqlite or postgresql."""
+        return self._dialect.name
+
+    # Connections ----------------------------------------------------------
+
+    def _connect(self) -> Any:
+        try:
+            if self._sqlite_path is not None:
+                connection = sqlite3.connect(
+                    self._sqlite_path,
+                    timeout=SQLITE_BUSY_TIMEOUT_S,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
+                connection.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_S * 1000}")
+                connection.execute("PRAGMA journal_mode = WAL")
+                # An acknowledged append must survive a crash or power loss.
+                connection.execute("PRAGMA synchronous = FULL")
+                connection.execute("PRAGMA foreign_keys = ON")
+                return connection
+            import psycopg
+
+            return psycopg.connect(self._url, connect_timeout=10)
+        except self._errors.operational as error:
+            # The URL may hold a password: say what failed, not where.
+            raise DatabaseUnavailable(f"cannot connect to the {self._dialect.name} database") from error
+
+    @contextmanager
+    def _transaction(self, *, write: bool) -> Iterator[_Cursor]:
+        """One transaction on a pooled connection; rolled back if the block raises."""
+        with self._pool_lock:
+            connection = self._idle.pop() if self._idle else None
+        if connection is not None and self._sqlite_path is None:
+            # A pooled PostgreSQL connection may have been closed by the server
+            # (a restart, an idle timeout) since its last use: try it before
+            # trusting a write to it, and start afresh if it is gone.
+            try:
+                connection.execute("SELECT 1")
+            except self._errors.operational:
+                _close_quietly(connection)
+                connection = None
+        if connection is None:
+            connection = self._connect()
+        # Only a connection whose transaction ended cleanly goes back to the pool.
+        healthy = False
+        try:
+            if self._sqlite_path is not None:
+                # IMMEDIATE takes the write lock up front, so the slot's last_seq
+                # cannot change between reading and updating it.
+                connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield _Cursor(connection, self._dialect)
+            except self._errors.operational:
+                raise
+            except BaseException:
+                connection.rollback()
+                healthy = True
+                raise
+            connection.commit()
+            healthy = True
+        except self._errors.operational as error:
+            healthy = False
+            raise DatabaseUnavailable(f"the {self._dialect.name} database failed") from error
+        finally:
+            if healthy:
+                with self._pool_lock:
+                    if len(self._idle) < POOL_SIZE:
+                        self._idle.append(connection)
+                        connection = None
+            if connection is not None:
+                _close_quietly(connection)
+
+    def _create_schema(self) -> None:
+        with self._transaction(write=True) as cursor:
+            for statement in _schema(self._dialect):
+                cursor.execute(statement)
+            row = cursor.execute("SELECT value FROM sync_meta WHERE key = 'schema'").fetchone()
+            if row is None:
+                cursor.execute(
+                    "INSERT INTO sync_meta (key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
+                )
+            elif row[0] != str(SCHEMA_VERSION):
+                raise DatabaseError(
+                    f"the database has sync schema {row[0]}; this server reads schema {SCHEMA_VERSION}"
+                )
+
+    def close(self) -> None:
+        """Close every idle connection."""
+        with self._pool_lock:
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            _close_quietly(connection)
+
+    # Operations -----------------------------------------------------------
+
+    def ping(self) -> None:
+        """Raise DatabaseUnavailable unless the database answers."""
+        with self._transaction(write=False) as cursor:
+            cursor.execute("SELECT 1").fetchone()
+
+    def add_slot(self, key_hash: bytes) -> int:
+        """A new empty slot opened by the key with this hash; its id."""
+        with self._transaction(write=True) as cursor:
+            row = cursor.execute(
+                "INSERT INTO slots (key_hash, created_at) VALUES (?, ?) RETURNING slot_id", (key_hash, now())
+            ).fetchone()
+        return int(row[0])
+
+    def slot_for_key(self, key_hash: bytes) -> int | None:
+        """The slot a key hash opens, or None."""
+        with self._transaction(write=False) as cursor:
+            row = cursor.execute("SELECT slot_id FROM slots WHERE key_hash = ?", (key_hash,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def get_account(self, slot: int) -> StoredAccount:
+        """The slot's account; NoAccount if it has none."""
+        with self._transaction(write=False) as cursor:
+            row = cursor.execute(
+                "SELECT account_id, kdf_salt, kdf_n, kdf_r, kdf_p, wrapped_data_key, account_created_at "
+                "FROM slots WHERE slot_id = ?",
+                (slot,),
+            ).fetchone()
+        if row is None or row[0] is None:
+            raise NoAccount
+        return StoredAccount(row[0], bytes(row[1]), row[2], row[3], row[4], bytes(row[5]), row[6])
+
+    def create_account(self, slot: int, new: NewAccount) -> StoredAccount:
+        """Store the slot's account; AccountExists if it has one (nothing changes then)."""
+        account = StoredAccount(**vars(new), created_at=now())
+        with self._transaction(write=True) as cursor:
+            updated = cursor.execute(
+                "UPDATE slots SET account_id = ?, kdf_salt = ?, kdf_n = ?, kdf_r = ?, kdf_p = ?, "
+                "wrapped_data_key = ?, account_created_at = ? WHERE slot_id = ? AND account_id IS NULL",
+                (
+                    account.account_id,
+                    account.salt,
+                    account.n,
+                    account.r,
+                    account.p,
+                    account.wrapped_data_key,
+                    account.created_at,
+                    slot,
+                ),
+            ).rowcount
+        if updated != 1:
+            raise AccountExists
+        return account
+
+    def append(self, slot: int, records: list[NewRecord]) -> list[StoredRecord]:
+        """Store every record or none; Conflict names a taken (memory id, revision)."""
+        seen: set[tuple[str, int]] = set()
+        for record in records:
+            if (record.memory_id, record.revision) in seen:
+                raise Conflict(record.memory_id, record.revision)
+            seen.add((record.memory_id, record.revision))
+        stored_at = now()
+        stored: list[StoredRecord] = []
+        with self._transaction(write=True) as cursor:
+            row = cursor.execute(self._dialect.slot_for_append, (slot,)).fetchone()
+            if row is None or row[0] is None:
+                raise NoAccount
+            seq = int(row[1])
+            for record in records:
+                seq += 1
+                try:
+                    cursor.execute(
+                        "INSERT INTO records (slot_id, seq, memory_id, revision, ciphertext, stored_at) "
+                        "VALUES (?, ?, ?, ?, ?, ?)",
+                        (slot, seq, record.memory_id, record.revision, record.ciphertext, stored_at),
+                    )
+                except self._errors.integrity as error:
+                    raise Conflict(record.memory_id, record.revision) from error
+                stored.append(StoredRecord(seq, record.memory_id, record.revision, b"", stored_at))
+            cursor.execute("UPDATE slots SET last_seq = ? WHERE slot_id = ?", (seq, slot))
+        return stored
+
+    def changes(self, slot: int, after: int, limit: int, max_bytes: int) -> ChangesPage:
+        """Records with seq > `after`, lowest first: at most `limit`, and about `max_bytes`.
+
+        The page always holds the first record after `after` if there is one,
+        however large, so a client always moves forward.
+        """
+        with self._transaction(write=False) as cursor:
+            account = cursor.execute("SELECT account_id FROM slots WHERE slot_id = ?", (slot,)).fetchone()
+            if account is None or account[0] is None:
+                raise NoAccount
+            # Sizes first, so a page of large records is never loaded only to be cut.
+            sizes = cursor.execute(
+                "SELECT seq, LENGTH(ciphertext) FROM records "
+                "WHERE slot_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (slot, after, limit + 1),
+            ).fetchall()
+            last = after
+            total = 0
+            taken = 0
+            for seq, size in sizes[:limit]:
+                if taken and total + size > max_bytes:
+                    break
+                total += size
+                taken += 1
+                last = int(seq)
+            rows = cursor.execute(
+                "SELECT seq, memory_id, revision, ciphertext, stored_at FROM records "
+                "WHERE slot_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
+                (slot, after, last),
+            ).fetchall()
+        records = [StoredRecord(int(s), m, int(r), bytes(c), t) for s, m, r, c, t in rows]
+        return ChangesPage(records, last, more=len(sizes) > taken)
+
+    def database_files(self) -> list[Path]:
+        """The SQLite file and its WAL companions (empty for PostgreSQL)."""
+        if self._sqlite_path is None:
+            return []
+        return [Path(f"{self._sqlite_path}{suffix}") for suffix in ("", "-wal", "-shm")]
+
+
+class _Cursor:
+    """The one call this module needs, with `?` placeholders on both databases."""
+
+    def __init__(self, connection: Any, dialect: _Dialect) -> None:
+        self._connection = connection
+        self._postgres = dialect is _POSTGRES
+
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        """Run one statement; the DB-API cursor (fetchone, fetchall, rowcount)."""
+        if self._postgres:
+            # No statement here holds a literal "?" or "%", so this is exact.
+            sql = sql.replace("?", "%s")
+        return self._connection.execute(sql, params)
+
+
+@dataclass(frozen=True)
+class _Errors:
+    integrity: tuple[type[Exception], ...]
+    operational: tuple[type[Exception], ...]
+
+
+def _sqlite_errors() -> _Errors:
+    return _Errors((sqlite3.IntegrityError,), (sqlite3.OperationalError,))
+
+
+def _postgres_errors() -> _Errors:
+    try:
+        import psycopg
+    except ImportError as error:
+        raise DatabaseError(
+            "PostgreSQL needs the postgres extra: pip install 'squirrel-mcp[postgres]'"
+        ) from error
+    return _Errors((psycopg.IntegrityError,), (psycopg.OperationalError, psycopg.InterfaceError))
+
+
+def _close_quietly(connection: Any) -> None:
+    # A connection being dropped may be broken already; closing it is best effort.
+    with contextlib.suppress(Exception):
+        connection.close()

@@ -1,0 +1,249 @@
+"""Throughput and latency of the reference sync server, on SQLite and PostgreSQL.
+
+What is measured, over loopback HTTP with one keep-alive `requests.Session` (one
+client, as one squirrel-mcp process is), against the real `squirrel-mcp-sync serve`
+process on a fresh database:
+
+- `GET /v1/account`: one small authenticated read (what a start-up pays);
+- appending one record of 400 bytes (about one memory's sealed revision) at a time,
+  each a transaction of its own: what a save or a correction pays on the server;
+- appending in batches of 500 records: what an import pays, as records per second;
+- pulling everything with `GET /v1/records` from cursor 0, paged by 500: what a new
+  machine pays on its first start, as records per second.
+
+Latencies are per request (median and p90, nearest rank) after `WARMUP` untimed
+requests. PostgreSQL is measured when SQUIRREL_TEST_POSTGRES_URL names a cluster
+(`nox -s bench` starts one with .ci/postgres); a database is created for the run and
+dropped after. The report goes to docs/benchmarks/sync.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import platform
+import re
+import secrets
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import requests
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUTPUT = REPO / "docs" / "benchmarks" / "sync.md"
+RECORD_BYTES = 400
+WARMUP = 20
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def nearest_rank(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, round(share * len(ordered)) - 1)]
+
+
+@contextmanager
+def postgres_database(admin_url: str) -> Iterator[str]:
+    import psycopg
+
+    name = f"squirrel_bench_{secrets.token_hex(4)}"
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    try:
+        yield urlunsplit(urlsplit(admin_url)._replace(path=f"/{name}"))
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@contextmanager
+def server(database_url: str, log: Path) -> Iterator[tuple[str, str]]:
+    env = {**os.environ, "SQUIRREL_SYNC_DATABASE": database_url}
+    command = [sys.executable, "-m", "squirrel_mcp.syncserver"]
+    key = subprocess.run(
+        [*command, "issue-key"], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [
+                *command,
+                "serve",
+                "--port",
+                "0",
+                "--rate-limit",
+                "1000000",
+                "--burst",
+                "1000000",
+                "--no-access-log",
+            ],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while (match := re.search(r"serving (http://\S+)", log.read_text())) is None:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the sync server did not start:\n{log.read_text()}")
+            time.sleep(0.05)
+        url = match.group(1)
+        while True:
+            try:
+                requests.get(url + "/v1/health", timeout=5)
+                break
+            except requests.ConnectionError:
+                time.sleep(0.05)
+        yield url, key
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def measure(url: str, key: str, singles: int, batches: int) -> dict[str, float]:
+    session = requests.Session()
+    session.headers["Authorization"] = f"Bearer {key}"
+    account = {
+        "id": secrets.token_hex(16),
+        "kdf": {"alg": "scrypt", "salt": b64(os.urandom(16)), "n": 2**17, "r": 8, "p": 1},
+        "wrappedDataKey": b64(os.urandom(61)),
+    }
+    session.post(url + "/v1/account", json=account).raise_for_status()
+
+    def timed(call: object, count: int) -> list[float]:
+        times = []
+        for index in range(WARMUP + count):
+            start = time.perf_counter()
+            call()
+            if index >= WARMUP:
+                times.append((time.perf_counter() - start) * 1000)
+        return times
+
+    def get_account() -> None:
+        session.get(url + "/v1/account").raise_for_status()
+
+    def append_one() -> None:
+        body = {
+            "records": [
+                {"memoryId": secrets.token_hex(8), "revision": 1, "ciphertext": b64(os.urandom(RECORD_BYTES))}
+            ]
+        }
+        session.post(url + "/v1/records", json=body).raise_for_status()
+
+    account_ms = timed(get_account, singles)
+    append_ms = timed(append_one, singles)
+
+    start = time.perf_counter()
+    for _ in range(batches):
+        batch = [
+            {"memoryId": secrets.token_hex(8), "revision": 1, "ciphertext": b64(os.urandom(RECORD_BYTES))}
+            for _ in range(500)
+        ]
+        session.post(url + "/v1/records", json={"records": batch}).raise_for_status()
+    batch_seconds = time.perf_counter() - start
+
+    start = time.perf_counter()
+    pulled, after = 0, 0
+    while True:
+        page = session.get(url + "/v1/records", params={"after": after}).json()
+        pulled += len(page["records"])
+        after = page["cursor"]
+        if not page["more"]:
+            break
+    pull_seconds = time.perf_counter() - start
+    return {
+        "account_median": statistics.median(account_ms),
+        "account_p90": nearest_rank(account_ms, 0.9),
+        "append_median": statistics.median(append_ms),
+        "append_p90": nearest_rank(append_ms, 0.9),
+        "batch_rate": batches * 500 / batch_seconds,
+        "pulled": pulled,
+        "pull_seconds": pull_seconds,
+        "pull_rate": pulled / pull_seconds,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--singles", type=int, default=300, help="timed single requests of each kind")
+    parser.add_argument("--batches", type=int, default=20, help="batches of 500 records")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    args = parser.parse_args()
+
+    results: dict[str, dict[str, float]] = {}
+    versions = {"sqlite": sqlite3.sqlite_version}
+    with tempfile.TemporaryDirectory() as temp:
+        with server(f"sqlite:///{temp}/sync.sqlite3", Path(temp) / "sqlite.log") as (url, key):
+            results["SQLite"] = measure(url, key, args.singles, args.batches)
+        admin_url = os.environ.get("SQUIRREL_TEST_POSTGRES_URL")
+        if admin_url:
+            import psycopg
+
+            with psycopg.connect(admin_url) as connection:
+                versions["postgresql"] = str(connection.execute("SHOW server_version").fetchone()[0])
+            with (
+                postgres_database(admin_url) as database,
+                server(database, Path(temp) / "pg.log") as (url, key),
+            ):
+                results["PostgreSQL"] = measure(url, key, args.singles, args.batches)
+        else:
+            print("bench_sync: SQUIRREL_TEST_POSTGRES_URL is unset; PostgreSQL not measured", file=sys.stderr)
+
+    lines = [
+        "# Sync server",
+        "",
+        "The reference sync server (`squirrel-mcp-sync serve`) over loopback HTTP, one client",
+        "with a keep-alive session, on a fresh database. Generated by `scripts/bench_sync.py`",
+        "(`nox -s bench`).",
+        "",
+        "## Results",
+        "",
+        "| Database | GET /v1/account median (p90), ms | Append 1 record median (p90), ms "
+        "| Append in batches of 500, records/s | Pull all, records/s |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, r in results.items():
+        lines.append(
+            f"| {name} | {r['account_median']:.1f} ({r['account_p90']:.1f}) "
+            f"| {r['append_median']:.1f} ({r['append_p90']:.1f}) | {r['batch_rate']:,.0f} "
+            f"| {r['pull_rate']:,.0f} ({int(r['pulled']):,} in {r['pull_seconds']:.2f} s) |"
+        )
+    lines += [
+        "",
+        "## How it was measured",
+        "",
+        f"- {args.singles} timed requests of each single kind after {WARMUP} untimed ones; a record is "
+        f"{RECORD_BYTES} random bytes (about one memory's sealed revision).",
+        "- An append is one transaction; SQLite runs with `synchronous=FULL` (each append reaches the disk),",
+        "  PostgreSQL is the throwaway test cluster of `.ci/postgres`, which runs with `fsync=off`: its",
+        "  write figures are an upper bound for a durable production cluster.",
+        f"- Batches: {args.batches} appends of 500 records. Pull: every record from cursor 0, pages of 500.",
+        "- The machine is shared with other jobs (2 cores); figures are indicative, not a guarantee.",
+        "",
+        "## Environment",
+        "",
+        f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- Python {platform.python_version()} on {platform.platform()}, {os.cpu_count()} CPUs",
+        f"- Load average when it finished: {os.getloadavg()[0]:.1f} (other jobs share the machine)",
+        f"- SQLite {versions['sqlite']}"
+        + (f", PostgreSQL {versions['postgresql']}" if "postgresql" in versions else ""),
+        "",
+    ]
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
