@@ -1,4 +1,4 @@
-"""The recall diagnostic against the sync server: it asks for the API key, like the passphrase, without echo."""
+"""The recall diagnostic against the sync server: it asks for the API key without echo, too."""
 
 from __future__ import annotations
 
