@@ -9,7 +9,9 @@ answering, retry once with nearMisses, correct rather than duplicate.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -339,14 +341,16 @@ def create_server(store: MemoryStore, plugins: PluginHost | None = None) -> MCPS
         counts by category. Then search_memory before answering a question about the user.
         """
         memories = store.current()
-        profile = [m.memory() for m in memories if m.category == "profile"][:50]
-        preferences = [m.memory() for m in memories if m.category == "preference"][:50]
-        others = [m.memory() for m in memories if m.category not in ("profile", "preference")]
+
+        def first(count: int, wanted: Callable[[Revision], bool]) -> list[Memory]:
+            # Chosen before they are turned into views: a large vault must not pay for every one.
+            return [memory.memory() for memory in itertools.islice(filter(wanted, memories), count)]
+
         counts = Counter[str](m.category for m in memories)
         return ContextResult(
-            profile=profile,
-            preferences=preferences,
-            recent=others[:recent],
+            profile=first(50, lambda m: m.category == "profile"),
+            preferences=first(50, lambda m: m.category == "preference"),
+            recent=first(recent, lambda m: m.category not in ("profile", "preference")),
             counts={category: counts[category] for category in HALF_LIFE_DAYS},
             total=len(memories),
             unreadable=store.unreadable_ids(),
