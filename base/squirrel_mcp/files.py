@@ -33,6 +33,30 @@ def remove_stale_temps(path: Path) -> int:
     return removed
 
 
+def private_dirs(directory: Path) -> None:
+    """Create `directory` and every missing directory above it with mode 0700.
+
+    `Path.mkdir(mode=0o700, parents=True)` gives only the last one that mode; the
+    ones above it (say ~/.local/share on a fresh account) would get the umask's.
+    """
+    missing = []
+    while not directory.exists():
+        missing.append(directory)
+        directory = directory.parent
+    for path in reversed(missing):
+        path.mkdir(mode=0o700, exist_ok=True)
+
+
+def create_private_file(path: Path) -> None:
+    """Create an empty file with mode 0600 (its missing directories 0700) if it is absent."""
+    private_dirs(path.parent)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Replace `path` with `data`: temp file (mode 0600), fsync, rename, fsync the directory.
 
@@ -40,7 +64,7 @@ def atomic_write(path: Path, data: bytes) -> None:
     The directory is created owner-only if it is missing; temp files that earlier
     writers killed mid-write left beside `path` are removed once stale.
     """
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dirs(path.parent)
     remove_stale_temps(path)
     # mkstemp creates the file with mode 0600 whatever the umask.
     fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

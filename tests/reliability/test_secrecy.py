@@ -108,7 +108,6 @@ async def test_a_whole_session_leaks_nothing_and_writes_owner_only_files(tmp_pat
     env = {
         # No SQUIRREL_VAULT and no SQUIRREL_MEMORY_CACHE_DIR: the default places are checked.
         "SQUIRREL_PASSPHRASE": PASSPHRASE,
-        "SQUIRREL_API_KEY": API_KEY,
         "HOME": str(home),
         "XDG_DATA_HOME": str(home / "data"),
         "XDG_CACHE_HOME": str(home / "cache"),
@@ -118,6 +117,9 @@ async def test_a_whole_session_leaks_nothing_and_writes_owner_only_files(tmp_pat
     registry = secrets_of_this_test()
     registry.add([text for text, *_ in MEMORIES])
     registry.add(QUERIES)
+    # No API key in the environment: local mode refuses one without SQUIRREL_API_BASE_URL. It is
+    # still searched for (a leak from elsewhere would show); the sync tests' servers run with real
+    # keys, and the suite-wide scan of tests/conftest.py checks their stderr and errors for them.
     registry.add([REASON, API_KEY])
     errors: list[str] = []
     modes_seen: dict[str, bool] = {}
@@ -190,8 +192,9 @@ async def test_a_whole_session_leaks_nothing_and_writes_owner_only_files(tmp_pat
         modes_seen[str(path.relative_to(tmp_path))] = private(path)
     assert all(modes_seen.values()), {path: ok for path, ok in modes_seen.items() if not ok}
     assert any(name.endswith("-wal") for name in modes_seen), modes_seen
-    # Not the project's: base directories a missing XDG path made (the umask's mode, as for any program).
+    # The missing XDG base directories above them, which the server made too: owner-only as well.
     base_dirs = {name: oct(stat.S_IMODE((home / name).stat().st_mode)) for name in ("data", "cache")}
+    assert set(base_dirs.values()) == {"0o700"}, base_dirs
 
     record(
         "secrecy",
@@ -205,7 +208,7 @@ async def test_a_whole_session_leaks_nothing_and_writes_owner_only_files(tmp_pat
             f"under umask 000: {len(secrets)} secrets (texts, queries, reason, passphrase, API key, the data "
             "key and the vector key in raw/hex/base64) searched in its stderr, its errors and its files "
             f"at rest: 0 found; {len(modes_seen)} files and directories written, all owner-only "
-            "(vault, -wal, -shm, vector file, export, their directories); the missing XDG base "
-            f"directories above them were made with the umask's mode ({base_dirs})"
+            "(vault, -wal, -shm, vector file, export, their directories), and so were the missing XDG "
+            f"base directories it made above them ({base_dirs})"
         ),
     )

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from squirrel_mcp.crypto import KdfParams
+from squirrel_mcp.files import create_private_file
 from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, StorageError
 
 SCHEMA_VERSION = 1
@@ -43,16 +43,6 @@ CREATE TABLE IF NOT EXISTS records (
 """
 
 
-def _create_private_file(path: Path) -> None:
-    """Create an empty file with mode 0600 (and its directory with 0700) if absent."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    except FileExistsError:
-        return
-    os.close(fd)
-
-
 class LocalVault:
     """The SQLite backend of `squirrel_mcp.storage.Storage`."""
 
@@ -65,7 +55,7 @@ class LocalVault:
         if not path.exists():
             if not create:
                 raise StorageError(f"there is no vault at {path} (run `squirrel-mcp init`)")
-            _create_private_file(path)
+            create_private_file(path)
         # One connection shared by the server's worker threads, guarded by a lock.
         self._lock = threading.Lock()
         try:

@@ -22,7 +22,6 @@ number, which a shared auto-increment would allow on PostgreSQL.
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -32,6 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
+
+from squirrel_mcp.files import create_private_file
 
 SCHEMA_VERSION = 1
 SQLITE_BUSY_TIMEOUT_S = 10
@@ -162,16 +163,6 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def _create_private_file(path: Path) -> None:
-    """Create an empty file with mode 0600 (its directory 0700) if it is absent."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    except FileExistsError:
-        return
-    os.close(fd)
-
-
 def sqlite_path(url: str) -> Path | None:
     """The file of a `sqlite:///absolute/path` URL; None for another scheme."""
     parts = urlsplit(url)
@@ -193,7 +184,7 @@ class Database:
         if self._sqlite_path is not None:
             self._dialect = _SQLITE
             self._errors = _sqlite_errors()
-            _create_private_file(self._sqlite_path)
+            create_private_file(self._sqlite_path)
         elif urlsplit(url).scheme in ("postgresql", "postgres"):
             self._dialect = _POSTGRES
             self._errors = _postgres_errors()
