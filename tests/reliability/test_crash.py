@@ -56,8 +56,8 @@ from tests.reliability.figures import record
 WORKER = Path(__file__).with_name("crash_worker.py")
 SEED = 8
 # Every loop is bounded by a count and by time; the counts are what docs/reliability.md reports.
-SERVER_RUNS, SERVER_SECONDS = 12, 60.0
-STORE_RUNS, STORE_SECONDS = 160, 75.0
+SERVER_RUNS, SERVER_SECONDS = 24, 90.0
+STORE_RUNS, STORE_SECONDS = 200, 100.0
 STORE_RUNS_PER_VAULT = 40
 VECTOR_RUNS, VECTOR_SECONDS = 50, 60.0
 # The real plugin's check: few runs (each loads the model, ~3 s), on a vault of this many memories.
