@@ -443,3 +443,15 @@ def test_derive_key_is_per_purpose_and_never_the_data_key(store: MemoryStore) ->
     assert key != reader.derive_key("something-else") and key != store._key
     with pytest.raises(ValueError, match="purpose"):
         reader.derive_key("")
+
+
+def test_after_close_no_search_ranks_and_no_file_is_written(store: MemoryStore, tmp_path: Path) -> None:
+    save_many(store, 3)
+    path = tmp_path / "cache" / "v.bin"
+    model, lines = CountingModel(), []
+    hybrid = open_hybrid(store, path, model, lines)
+    hybrid.close()
+    assert hybrid.rank("q", [], 0, options()) is None
+    hybrid.flush()
+    assert not path.exists() and not path.parent.exists()
+    assert model.texts == [] and lines == []

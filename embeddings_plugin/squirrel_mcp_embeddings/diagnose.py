@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
+from typing import NoReturn
 
 from squirrel_mcp.cli import USER_ERRORS, UserError, open_store
 from squirrel_mcp.config import Config
@@ -191,8 +192,19 @@ def _interrupted(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `squirrel-mcp-diagnose` script."""
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Entry point of the `squirrel-mcp-diagnose` script: run, clean up, end the process."""
+    code = run(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # A search cut short by Ctrl-C can leave the runtime's native threads running, and
+    # the interpreter's teardown then aborts the process (std::terminate). Everything of
+    # ours is closed and deleted by now, so the process ends here, with its own code.
+    os._exit(code)
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Diagnose the queries file named in `argv`; the exit code (130 when interrupted)."""
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("queries", type=Path, help='a JSON list of {"query": ..., "expect": ...}')
     args = parser.parse_args(argv)
@@ -200,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupted)
     scratch = Path(tempfile.mkdtemp(prefix="squirrel-diagnose-"))
     host: PluginHost | None = None
+    embeddings: plugin.EmbeddingsPlugin | None = None
     try:
         questions = read_questions(args.queries)
         if os.environ.get(plugin.ENABLED_VARIABLE, "").strip() == "0":
@@ -234,4 +247,6 @@ def main(argv: list[str] | None = None) -> int:
         # Shutting down writes the vector file (into scratch) and waits for any write in progress.
         if host is not None:
             host.shutdown()
+        if embeddings is not None and embeddings.hybrid is not None:
+            embeddings.hybrid.close()
         shutil.rmtree(scratch, ignore_errors=True)

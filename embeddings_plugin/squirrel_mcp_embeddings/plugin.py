@@ -119,6 +119,8 @@ class Hybrid:
         self._wake = threading.Event()
         self._saver: threading.Thread | None = None
         self.failed = False
+        # Set by close(): no search ranks and no file is written afterwards.
+        self._closed = False
         self._writable = True
         self._dirty = False
         # How many memories each search embedded: tests and benchmarks read it.
@@ -215,6 +217,8 @@ class Hybrid:
         if self.failed or not self._lock.acquire(timeout=LOCK_WAIT):
             return None
         try:
+            if self._closed:
+                return None
             for candidate in candidates:
                 self._learn(candidate.memory)
             try:
@@ -300,6 +304,15 @@ class Hybrid:
 
     # The file -----------------------------------------------------------------
 
+    def close(self) -> None:
+        """Stop for good: wait for a search or a write in progress; none starts afterwards.
+
+        The diagnostic calls it before deleting its temporary vector directory, so
+        no late write can make the directory again.
+        """
+        with self._file_lock, self._lock:
+            self._closed = True
+
     def _save_soon(self) -> None:
         """Have the plugin's saver thread write the file: a search does not wait for the disk."""
         if self._saver is None:
@@ -317,7 +330,7 @@ class Hybrid:
         """Write the vector file now if it changed since it was last written (once written, returns)."""
         with self._file_lock:
             with self._lock:
-                if not self._dirty or not self._writable:
+                if self._closed or not self._dirty or not self._writable:
                     return
                 # A copy, so searches go on while it is sealed and written.
                 snapshot = self.table.copy()
