@@ -98,14 +98,17 @@ def read_questions(path: Path) -> list[Question]:
     return questions
 
 
-def holders(memories: Sequence[Revision], expect: str) -> list[Revision]:
+def searchable(memories: Sequence[Revision]) -> list[tuple[Revision, list[str]]]:
+    """Each memory with its text, entity and tags folded (case, Latin accents): once per run."""
+    return [
+        (memory, [fold(value) for value in (memory.text, memory.entity, *memory.tags)]) for memory in memories
+    ]
+
+
+def holders(memories: Sequence[tuple[Revision, list[str]]], expect: str) -> list[Revision]:
     """The memories whose text, entity or a tag contains `expect`, ignoring case and Latin accents."""
     piece = fold(expect.strip())
-    return [
-        memory
-        for memory in memories
-        if any(piece in fold(value) for value in (memory.text, memory.entity, *memory.tags))
-    ]
+    return [memory for memory, values in memories if any(piece in value for value in values)]
 
 
 def place(memory_id: str, result: SearchResult, cosines: dict[str, float]) -> Placing:
@@ -145,6 +148,7 @@ def diagnose(
 ) -> None:
     """Answer each question and print where its expected memories came."""
     memories = store.current()
+    folded = searchable(memories)
     hits_in_top = with_expected = 0
     print(
         f"{len(memories)} memories · model {hybrid.stamp.model} · floor {hybrid.floor:.3f} · "
@@ -157,7 +161,7 @@ def diagnose(
         cosines = hybrid.cosines(question.query)
         # The query is the user's own words; json.dumps shows it on one line, quoted.
         print(f"\n{number}. {json.dumps(question.query, ensure_ascii=False)} (ranking {result.ranking})")
-        found = holders(memories, question.expect)
+        found = holders(folded, question.expect)
         if not found:
             print("   no memory holds the expected piece")
             continue

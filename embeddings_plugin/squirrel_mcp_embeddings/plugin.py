@@ -199,11 +199,16 @@ class Hybrid:
         if dirty:
             self._save_soon()
 
+    def _cosines(self, vector: vectors.Matrix) -> vectors.Matrix:
+        """Every row's cosine to `vector`: one matrix product over the contiguous rows. Under the lock."""
+        cosines: vectors.Matrix = np.clip(self.table.matrix() @ vector, -1.0, 1.0)
+        return cosines
+
     def cosines(self, query: str) -> dict[str, float]:
         """The query's cosine to every memory that has a current vector, by memory id."""
         with self._lock:
             vector = self._embedder.embed([query])[0]
-            values = np.clip(self.table.matrix() @ vector, -1.0, 1.0)
+            values = self._cosines(vector)
             return {memory_id: float(value) for memory_id, value in zip(self.table.ids, values, strict=True)}
 
     # Ranking ------------------------------------------------------------------
@@ -242,8 +247,7 @@ class Hybrid:
         self, query_vector: vectors.Matrix, candidates: Sequence[Candidate], total: int, options: RankOptions
     ) -> Ranking:
         ids = self.table.ids
-        # One matrix product over the contiguous rows: every cosine at once.
-        cosines = np.clip(self.table.matrix() @ query_vector, -1.0, 1.0)
+        cosines = self._cosines(query_vector)
         lexical = {candidate.memory.id: candidate.lexical_score for candidate in candidates}
         found: dict[str, float] = {}
         for candidate in candidates:
