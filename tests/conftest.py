@@ -15,17 +15,20 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
+import anyio
 import mcp.client.client
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from squirrel_mcp.models import HALF_LIFE_DAYS
+from squirrel_mcp_embeddings.integrity import PACKAGED_MODEL_DIR
 
 PASSPHRASE = "correct horse battery staple"
 # Shorter strings (tags like "food", categories) may well appear in a path or a fixed line.
@@ -195,3 +198,19 @@ async def call_error(client: Client, tool: str, **arguments: Any) -> str:
     assert text.type == "text"
     registry.texts.append((f"error of {tool}", text.text))
     return text.text
+
+
+# For tests that start the real model: it is in the package only once fetched.
+needs_model = pytest.mark.skipif(
+    not (PACKAGED_MODEL_DIR / "model.onnx").exists(), reason="the model is not fetched (nox -s fetch_model)"
+)
+
+
+async def search_when(client: Client, ranking: str, **arguments: Any) -> dict[str, Any]:
+    """Search until the answer's ranking is `ranking` (the model loads in the background), <= 60 s."""
+    deadline = time.monotonic() + 60
+    while True:
+        found = await call(client, "search_memory", **arguments)
+        if found["ranking"] == ranking or time.monotonic() > deadline:
+            return found
+        await anyio.sleep(0.2)

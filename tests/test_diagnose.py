@@ -29,13 +29,10 @@ from squirrel_mcp.cli import UserError
 from squirrel_mcp.memories import MemoryStore
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp_embeddings.diagnose import read_questions
-from squirrel_mcp_embeddings.integrity import PACKAGED_MODEL_DIR
-from tests.conftest import PASSPHRASE, call, server_params
+from tests.conftest import PASSPHRASE, call, needs_model, server_params
 from tests.recall.corpus import BY_ID, CORPUS, QUERIES, revision
 
-pytestmark = pytest.mark.skipif(
-    not (PACKAGED_MODEL_DIR / "model.onnx").exists(), reason="the model is not fetched (nox -s fetch_model)"
-)
+pytestmark = needs_model
 SCRIPT = Path(sys.executable).with_name("squirrel-mcp-diagnose")
 # The words the diagnostic prints around ids and numbers; anything else it prints is the user's query.
 TEMPLATE = set(

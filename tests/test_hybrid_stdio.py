@@ -13,7 +13,6 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -22,14 +21,11 @@ from mcp.client.stdio import stdio_client
 
 from squirrel_mcp_embeddings import plugin
 from squirrel_mcp_embeddings.integrity import PACKAGED_MODEL_DIR
-from tests.conftest import call, server_params
+from tests.conftest import call, needs_model, search_when, server_params
 
 pytestmark = [
     pytest.mark.anyio,
-    pytest.mark.skipif(
-        not (PACKAGED_MODEL_DIR / "model.onnx").exists(),
-        reason="the model is not fetched (nox -s fetch_model)",
-    ),
+    needs_model,
 ]
 
 MEMORIES = [
@@ -57,16 +53,6 @@ async def server(env: dict[str, str], tmp_path: Path) -> AsyncIterator[tuple[Cli
     with errors.open("w") as errlog:
         async with Client(stdio_client(server_params(env), errlog=errlog)) as client:
             yield client, errors
-
-
-async def search_when(client: Client, ranking: str, **arguments: Any) -> dict[str, Any]:
-    """Search until the answer's ranking is `ranking` (the model loads in the background)."""
-    deadline = time.monotonic() + 60
-    while True:
-        found = await call(client, "search_memory", **arguments)
-        if found["ranking"] == ranking or time.monotonic() > deadline:
-            return found
-        await anyio.sleep(0.2)
 
 
 def memory_lines(errors: Path) -> list[str]:

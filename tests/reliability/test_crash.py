@@ -68,6 +68,14 @@ VECTOR_RUNS_PER_VAULT = 10
 Ack = tuple[str, int, str, bool]
 
 
+def reap(server: RawServer, killer: threading.Timer) -> int:
+    """Fire the kill now if it has not fired (the calls ended first), wait for it; the exit code."""
+    if not killer.is_alive() and not killer.finished.is_set():
+        killer.start()
+    killer.join()
+    return server.wait()
+
+
 def lost_acks(store: MemoryStore, acks: list[Ack]) -> list[Ack]:
     """The acknowledged revisions the store does not hold exactly as acknowledged."""
     store.refresh()
@@ -241,10 +249,7 @@ def test_kill_the_server_while_it_writes(tmp_path: Path, vault_env: dict[str, st
         try:
             acks = drive_server(server, rng, live, dead, killer)
         finally:
-            if not killer.is_alive() and not killer.finished.is_set():
-                killer.start()
-            killer.join()
-            code = server.wait()
+            code = reap(server, killer)
         runs += 1
         assert code == -signal.SIGKILL, (code, (tmp_path / "stderr.log").read_text())
         every_ack += acks
@@ -543,10 +548,7 @@ def test_kill_the_server_while_the_real_plugin_keeps_vectors(
         except ServerGone:
             pass
         finally:
-            if not killer.is_alive() and not killer.finished.is_set():
-                killer.start()
-            killer.join()
-            code = server.wait()
+            code = reap(server, killer)
         runs += 1
         assert code == -signal.SIGKILL, (code, (tmp_path / "stderr.log").read_text())
         store = open_vault(vault)

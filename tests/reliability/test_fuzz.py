@@ -39,6 +39,7 @@ from mcp import Client
 from squirrel_mcp.models import HALF_LIFE_DAYS
 from tests.conftest import secrets_of_this_test, server_params
 from tests.reliability.figures import record
+from tests.test_server import TOOLS as SERVER_TOOLS
 
 # Draws per batch; with the fixed cases below the two batches make well over 2,000 calls.
 CLIENT_EXAMPLES = 1400
@@ -51,16 +52,8 @@ MAX_MESSAGE = 1500
 # Strings shorter than this may be words of a legitimate message ("limit", "tags").
 ECHO_MIN = 10
 
-TOOLS = [
-    "get_context",
-    "search_memory",
-    "save_memory",
-    "update_memory",
-    "get_memory",
-    "delete_memory",
-    "restore_memory",
-    "list_memories",
-]
+# The server's eight tools (test_server.py checks the set), in a fixed order for hypothesis.
+TOOLS = sorted(SERVER_TOOLS)
 # Every refusal a tool may give, as its message starts. Anything else is a finding.
 CLEAR_TOOL_ERRORS = re.compile(
     r"^(Error executing tool [a-z_]+: )?"

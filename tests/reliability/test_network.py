@@ -30,8 +30,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from squirrel_mcp_embeddings.integrity import PACKAGED_MODEL_DIR
-from tests.conftest import call, server_params
+from tests.conftest import call, needs_model, server_params
 from tests.reliability.figures import record
 
 pytestmark = pytest.mark.anyio
@@ -108,9 +107,7 @@ def namespace_works() -> bool:
     return subprocess.run([unshare, "-n", "true"], capture_output=True, check=False).returncode == 0
 
 
-@pytest.mark.skipif(
-    not (PACKAGED_MODEL_DIR / "model.onnx").exists(), reason="the model is not fetched (nox -s fetch_model)"
-)
+@needs_model
 async def test_the_server_opens_no_connection_in_local_mode(
     vault_env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -20,17 +20,23 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-import anyio
 import pytest
 from mcp import Client
 
 from squirrel_mcp.memories import MemoryReader, MemoryStore
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp_embeddings import vectors
-from squirrel_mcp_embeddings.integrity import PACKAGED_MODEL_DIR
-from tests.conftest import PASSPHRASE, call, call_error, run_cli, secrets_of_this_test, server_params
+from tests.conftest import (
+    PASSPHRASE,
+    call,
+    call_error,
+    needs_model,
+    run_cli,
+    search_when,
+    secrets_of_this_test,
+    server_params,
+)
 from tests.reliability.figures import record
 
 pytestmark = pytest.mark.anyio
@@ -73,16 +79,6 @@ def private(path: Path) -> bool:
     return stat.S_IMODE(path.stat().st_mode) & 0o077 == 0
 
 
-async def hybrid_search(client: Client, query: str) -> dict[str, Any]:
-    """Search until the model is loaded (the answer says hybrid), at most a minute."""
-    deadline = time.monotonic() + 60
-    while True:
-        found = await call(client, "search_memory", query=query)
-        if found["ranking"] == "hybrid" or time.monotonic() > deadline:
-            return found
-        await anyio.sleep(0.2)
-
-
 def test_the_suite_wide_scan_catches_a_leak(vault_env: dict[str, str], tmp_path: Path) -> None:
     """A server made to print its passphrase on stderr is caught by the conftest scan."""
     site = tmp_path / "site"
@@ -99,9 +95,7 @@ def test_the_suite_wide_scan_catches_a_leak(vault_env: dict[str, str], tmp_path:
     assert result.returncode == 0
 
 
-@pytest.mark.skipif(
-    not (PACKAGED_MODEL_DIR / "model.onnx").exists(), reason="the model is not fetched (nox -s fetch_model)"
-)
+@needs_model
 async def test_a_whole_session_leaks_nothing_and_writes_owner_only_files(tmp_path: Path) -> None:
     started = time.monotonic()
     home = tmp_path / "home"
@@ -132,7 +126,7 @@ async def test_a_whole_session_leaks_nothing_and_writes_owner_only_files(tmp_pat
                 )
                 ids.append(saved["memory"]["id"])
             for query in QUERIES:
-                assert (await hybrid_search(client, query))["ranking"] == "hybrid"
+                assert (await search_when(client, "hybrid", query=query))["ranking"] == "hybrid"
                 await call(client, "search_memory", query=query, nearMisses=True)
             await call(
                 client, "update_memory", id=ids[2], text=MEMORIES[2][0] + " (postponed)", reason=REASON

@@ -21,15 +21,21 @@ import random
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any
 
-import anyio
 import pytest
 from mcp import Client
 
 from squirrel_mcp_embeddings import plugin
-from squirrel_mcp_embeddings.integrity import PACKAGED_MODEL_DIR
-from tests.conftest import PASSPHRASE, call, call_error, run_cli, secrets_of_this_test, server_params
+from tests.conftest import (
+    PASSPHRASE,
+    call,
+    call_error,
+    needs_model,
+    run_cli,
+    search_when,
+    secrets_of_this_test,
+    server_params,
+)
 from tests.reliability.figures import record
 
 pytestmark = pytest.mark.anyio
@@ -293,19 +299,7 @@ MEMORIES = [
 ]
 
 
-async def hybrid_search(client: Client, query: str) -> dict[str, Any]:
-    """Search until the model is loaded (the answer says hybrid), at most a minute."""
-    deadline = time.monotonic() + 60
-    while True:
-        found = await call(client, "search_memory", query=query)
-        if found["ranking"] == "hybrid" or time.monotonic() > deadline:
-            return found
-        await anyio.sleep(0.2)
-
-
-@pytest.mark.skipif(
-    not (PACKAGED_MODEL_DIR / "model.onnx").exists(), reason="the model is not fetched (nox -s fetch_model)"
-)
+@needs_model
 async def test_a_truncated_or_flipped_vector_file_is_rebuilt(
     cheap_vault_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -318,7 +312,7 @@ async def test_a_truncated_or_flipped_vector_file_is_rebuilt(
     async with Client(server_params(env)) as client:
         for text in MEMORIES:
             await call(client, "save_memory", text=text)
-        assert (await hybrid_search(client, "allergic to peanuts"))["ranking"] == "hybrid"
+        assert (await search_when(client, "hybrid", query="allergic to peanuts"))["ranking"] == "hybrid"
     (vectors,) = (tmp_path / "c" / "squirrel-notes").glob("memory-vectors-*.bin")
     original = vectors.read_bytes()
     size = len(original)
@@ -335,7 +329,7 @@ async def test_a_truncated_or_flipped_vector_file_is_rebuilt(
         vectors.write_bytes(bytes(damaged))
         first = len(registry.stderr_files)
         async with Client(server_params(env)) as client:
-            found = await hybrid_search(client, "allergic to peanuts")
+            found = await search_when(client, "hybrid", query="allergic to peanuts")
             assert found["ranking"] == "hybrid"
             assert found["results"][0]["text"] == "Is allergic to peanuts"
         (stderr,) = registry.stderr_files[first:]
@@ -346,7 +340,7 @@ async def test_a_truncated_or_flipped_vector_file_is_rebuilt(
     # The rebuilt file is read without complaint.
     first = len(registry.stderr_files)
     async with Client(server_params(env)) as client:
-        assert (await hybrid_search(client, "allergic to peanuts"))["ranking"] == "hybrid"
+        assert (await search_when(client, "hybrid", query="allergic to peanuts"))["ranking"] == "hybrid"
     assert plugin.REBUILT not in registry.stderr_files[first].read_text()
     record(
         "tampering-vector-file",

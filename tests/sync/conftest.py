@@ -22,10 +22,12 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -202,3 +204,16 @@ def sync_server(database_url: str, tmp_path: Path) -> Iterator[SyncServer]:
     """The reference server on a fresh database (SQLite, then PostgreSQL), one key issued."""
     with start_sync_server(database_url, log=tmp_path / "sync-server.log") as server:
         yield server
+
+
+@contextmanager
+def serve_on_loopback(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Serve `handler` from a thread on a free loopback port; yields the base URL, stops on exit."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

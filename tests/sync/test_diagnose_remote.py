@@ -6,19 +6,14 @@ import json
 import os
 from pathlib import Path
 
-import pytest
-
 from squirrel_mcp.memories import MemoryStore
 from squirrel_mcp.storage.remote import RemoteStorage
-from squirrel_mcp_embeddings.integrity import PACKAGED_MODEL_DIR
-from tests.conftest import PASSPHRASE
+from tests.conftest import PASSPHRASE, needs_model
 from tests.recall.corpus import CORPUS, revision
 from tests.sync.conftest import start_sync_server
 from tests.test_diagnose import SCRIPT, on_terminal, questions
 
-pytestmark = pytest.mark.skipif(
-    not (PACKAGED_MODEL_DIR / "model.onnx").exists(), reason="the model is not fetched (nox -s fetch_model)"
-)
+pytestmark = needs_model
 
 
 def test_the_api_key_and_passphrase_are_asked_without_echo(tmp_path: Path) -> None:

@@ -12,11 +12,10 @@ from __future__ import annotations
 import base64
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -25,6 +24,7 @@ from squirrel_mcp.config import ConfigError
 from squirrel_mcp.crypto import KdfParams
 from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, StorageError, remote
 from squirrel_mcp.storage.remote import RemoteStorage
+from tests.sync.conftest import serve_on_loopback
 
 API_KEY = "sqk_" + "k" * 43
 MEMORY_ID = "0123456789abcdef"
@@ -87,10 +87,9 @@ class Stub:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.handler = Handler
+        # Set while the fixture serves `handler` (serve_on_loopback).
+        self.url = ""
 
     def storage(self, **kwargs: Any) -> RemoteStorage:
         """A client of this stub whose waits are recorded in `self.waits`, not slept."""
@@ -101,12 +100,8 @@ class Stub:
 @pytest.fixture
 def stub() -> Iterator[Stub]:
     server = Stub()
-    server.thread.start()
-    try:
+    with serve_on_loopback(server.handler) as server.url:
         yield server
-    finally:
-        server.server.shutdown()
-        server.server.server_close()
 
 
 def error(code: str, message: str = "", **extra: Any) -> dict[str, Any]:

@@ -10,11 +10,10 @@ loopback, so the tests can grep every byte the real processes sent.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +22,8 @@ import pytest
 import requests
 from mcp import Client
 
-from squirrel_mcp_embeddings.integrity import PACKAGED_MODEL_DIR
-from tests.conftest import PASSPHRASE, call, run_cli, server_params
-from tests.sync.conftest import SyncServer, start_sync_server
+from tests.conftest import PASSPHRASE, call, needs_model, run_cli, server_params
+from tests.sync.conftest import SyncServer, serve_on_loopback, start_sync_server
 
 pytestmark = pytest.mark.anyio
 
@@ -80,10 +78,9 @@ class RecordingProxy:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.handler = Handler
+        # Set while the fixture serves `handler` (serve_on_loopback).
+        self.url = ""
 
     def sent(self) -> bytes:
         """Every request line, header and body the machines sent, as one blob to grep."""
@@ -98,12 +95,8 @@ class RecordingProxy:
 @pytest.fixture
 def proxy(sync_server: SyncServer) -> Iterator[RecordingProxy]:
     recording = RecordingProxy(sync_server.url)
-    recording.thread.start()
-    try:
+    with serve_on_loopback(recording.handler) as recording.url:
         yield recording
-    finally:
-        recording.server.shutdown()
-        recording.server.server_close()
 
 
 def machine_env(tmp_path: Path, name: str, url: str, key: str) -> dict[str, str]:
@@ -367,9 +360,7 @@ async def test_a_machine_reports_a_vanished_server_clearly(tmp_path: Path, datab
             assert len((await client.list_tools()).tools) == 8
 
 
-@pytest.mark.skipif(
-    not (PACKAGED_MODEL_DIR / "model.onnx").exists(), reason="the model is not fetched (nox -s fetch_model)"
-)
+@needs_model
 async def test_search_by_meaning_on_the_other_machine_with_its_own_vector_file(
     tmp_path: Path, sync_server: SyncServer
 ) -> None:
