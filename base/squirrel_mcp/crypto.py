@@ -34,10 +34,15 @@ DEFAULT_KDF_N = 2**17
 DEFAULT_KDF_R = 8
 DEFAULT_KDF_P = 1
 # Bounds on parameters read from storage: a vault (or a remote account) must not
-# be able to make us allocate gigabytes or accept a trivially weak KDF.
+# be able to make us allocate gigabytes, run for minutes, or accept a trivially
+# weak KDF. Each parameter has a range, and two products are bounded as well:
+# scrypt holds 128·N·r bytes at once, and its work grows with N·r·p (p runs
+# sequentially in pycryptodome). The defaults use 128 MiB and N·r·p = 2^20.
 KDF_N_RANGE = (2**14, 2**20)
 KDF_R_RANGE = (1, 32)
 KDF_P_RANGE = (1, 16)
+MAX_KDF_MEMORY = 256 * 2**20  # bytes: twice the default's
+MAX_KDF_WORK = 2**22  # N·r·p: four times the default's, about 1.5 s here
 
 
 class DecryptionError(Exception):
@@ -66,15 +71,28 @@ class KdfParams:
         """Refuse parameters outside the accepted bounds (they come from storage)."""
         if len(self.salt) != SALT_BYTES:
             raise ValueError("KDF salt has the wrong length")
-        for name, value, (low, high) in (
-            ("N", self.n, KDF_N_RANGE),
-            ("r", self.r, KDF_R_RANGE),
-            ("p", self.p, KDF_P_RANGE),
-        ):
-            if not low <= value <= high:
-                raise ValueError(f"KDF parameter {name}={value} is outside [{low}, {high}]")
-        if self.n & (self.n - 1):
-            raise ValueError("KDF parameter N must be a power of two")
+        problem = kdf_cost_problem(self.n, self.r, self.p)
+        if problem is not None:
+            raise ValueError(problem)
+
+
+def kdf_cost_problem(n: int, r: int, p: int) -> str | None:
+    """Why scrypt parameters N, r, p are refused, or None when they are within bounds.
+
+    Shared by the client (parameters read from a vault or a sync server) and the
+    sync server (parameters a client sends), so neither side accepts what the
+    other would refuse.
+    """
+    for name, value, (low, high) in (("N", n, KDF_N_RANGE), ("r", r, KDF_R_RANGE), ("p", p, KDF_P_RANGE)):
+        if not low <= value <= high:
+            return f"KDF parameter {name}={value} is outside [{low}, {high}]"
+    if n & (n - 1):
+        return "KDF parameter N must be a power of two"
+    if 128 * n * r > MAX_KDF_MEMORY:
+        return f"KDF parameters N={n}, r={r} need more than {MAX_KDF_MEMORY // 2**20} MiB (128·N·r)"
+    if n * r * p > MAX_KDF_WORK:
+        return f"KDF parameters N={n}, r={r}, p={p} cost more than N·r·p = 2^{MAX_KDF_WORK.bit_length() - 1}"
+    return None
 
 
 def derive_kek(passphrase: str, params: KdfParams) -> bytes:

@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from squirrel_mcp.crypto import KDF_N_RANGE, KDF_P_RANGE, KDF_R_RANGE
+from squirrel_mcp.crypto import KDF_N_RANGE, KDF_P_RANGE, KDF_R_RANGE, kdf_cost_problem
 from squirrel_mcp.syncserver.database import NewAccount, NewRecord
 
 ACCOUNT_ID = re.compile(r"[0-9a-f]{32}")
@@ -96,12 +96,19 @@ def new_account(body: Any) -> NewAccount:
     n = _integer(kdf["n"], "kdf.n", *KDF_N_RANGE)
     if n & (n - 1):
         raise InvalidRequest("kdf.n must be a power of two")
+    r = _integer(kdf["r"], "kdf.r", *KDF_R_RANGE)
+    p = _integer(kdf["p"], "kdf.p", *KDF_P_RANGE)
+    # The same bounds on memory (128·N·r) and work (N·r·p) as every client applies,
+    # so the server never stores an account its clients would refuse to unlock.
+    problem = kdf_cost_problem(n, r, p)
+    if problem is not None:
+        raise InvalidRequest(problem)
     return NewAccount(
         account_id=_text(fields["id"], "id", ACCOUNT_ID, "32 lowercase hex digits"),
         salt=_base64(kdf["salt"], "kdf.salt", (24, 24), _SALT),
         n=n,
-        r=_integer(kdf["r"], "kdf.r", *KDF_R_RANGE),
-        p=_integer(kdf["p"], "kdf.p", *KDF_P_RANGE),
+        r=r,
+        p=p,
         wrapped_data_key=_base64(fields["wrappedDataKey"], "wrappedDataKey", WRAPPED_KEY_CHARS),
     )
 
