@@ -81,7 +81,8 @@ def save(store: MemoryStore, text: str) -> Revision:
 
 
 def wait_for(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + 5
+    # Generous: the hook runs on a worker thread, which a loaded machine may start late.
+    deadline = time.monotonic() + 30
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)

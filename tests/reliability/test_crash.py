@@ -68,11 +68,36 @@ VECTOR_RUNS_PER_VAULT = 10
 Ack = tuple[str, int, str, bool]
 
 
-def reap(server: RawServer, killer: threading.Timer) -> int:
-    """Fire the kill now if it has not fired (the calls ended first), wait for it; the exit code."""
-    if not killer.is_alive() and not killer.finished.is_set():
-        killer.start()
-    killer.join()
+class Killer:
+    """A SIGKILL of `server` `delay` seconds after it is armed; arming it again does nothing.
+
+    A bare threading.Timer can be started only once, and "has it started?" cannot be
+    asked without a race: a start-up kill that had already fired looked like a timer
+    never started, and starting it again raised RuntimeError under load. The armed
+    flag answers that question exactly.
+    """
+
+    def __init__(self, server: RawServer, delay: float) -> None:
+        self._timer = threading.Timer(delay, server.kill)
+        self._lock = threading.Lock()
+        self._armed = False
+
+    def arm(self) -> None:
+        """Start the countdown, unless it was started before."""
+        with self._lock:
+            if not self._armed:
+                self._armed = True
+                self._timer.start()
+
+    def wait(self) -> None:
+        """Arm it if it was not (the calls ended first), then wait until the kill is done."""
+        self.arm()
+        self._timer.join()
+
+
+def reap(server: RawServer, killer: Killer) -> int:
+    """The kill done (fired now if it had not been armed), the server's exit code."""
+    killer.wait()
     return server.wait()
 
 
@@ -188,17 +213,16 @@ class RawServer:
 
 
 def drive_server(
-    server: RawServer, rng: random.Random, live: list[str], dead: list[str], killer: threading.Timer
+    server: RawServer, rng: random.Random, live: list[str], dead: list[str], killer: Killer
 ) -> list[Ack]:
     """Save, correct, delete, restore until the server is gone; the acknowledged revisions.
 
-    `killer` is started once the server answered the handshake, unless it already runs.
+    `killer` is armed once the server answered the handshake, unless it was armed before.
     """
     acks: list[Ack] = []
     try:
         server.initialize()
-        if not killer.is_alive():
-            killer.start()
+        killer.arm()
         for n in range(2_000):
             roll = rng.random()
             if not live or roll < 0.5:
@@ -238,14 +262,12 @@ def test_kill_the_server_while_it_writes(tmp_path: Path, vault_env: dict[str, st
     started = time.monotonic()
     while runs < SERVER_RUNS and time.monotonic() - started < SERVER_SECONDS:
         server = RawServer(vault_env, tmp_path / "stderr.log")
+        # Every fourth run dies during start-up (~1 s: imports, unlocking the vault), the
+        # others 0-1 s after the handshake, in the middle of the calls.
+        killer = Killer(server, rng.uniform(0.0, 1.0))
         if runs % 4 == 0:
-            # Every fourth run dies during start-up (~1 s: imports, unlocking the vault)...
-            killer = threading.Timer(rng.uniform(0.0, 1.0), server.kill)
-            killer.start()
+            killer.arm()
             startup_kills += 1
-        else:
-            # ...the others 0-1 s after the handshake, in the middle of the calls.
-            killer = threading.Timer(rng.uniform(0.0, 1.0), server.kill)
         try:
             acks = drive_server(server, rng, live, dead, killer)
         finally:
@@ -530,7 +552,7 @@ def test_kill_the_server_while_the_real_plugin_keeps_vectors(
     started = time.monotonic()
     while runs < PLUGIN_RUNS and time.monotonic() - started < PLUGIN_SECONDS:
         server = RawServer(env, tmp_path / "stderr.log")
-        killer = threading.Timer(rng.uniform(0.0, 2.0), server.kill)
+        killer = Killer(server, rng.uniform(0.0, 2.0))
         try:
             server.initialize()
             # The model loads in the background: search until the plugin ranks (bounded).
@@ -538,7 +560,7 @@ def test_kill_the_server_while_the_real_plugin_keeps_vectors(
             while server.call("search_memory", query="acorns")["ranking"] != "hybrid":
                 assert time.monotonic() < ready_by, "the plugin never became ready"
                 time.sleep(0.2)
-            killer.start()
+            killer.arm()
             for n in range(10_000):
                 text = f"plugin run {runs} memory {n} about oak trees"
                 memory = server.call("save_memory", text=text)["memory"]
