@@ -1,11 +1,15 @@
 """Build metadata shared by both distributions: one version, exact pins between them.
 
-The version is written once, in base/squirrel_mcp/__init__.py. This hook gives it
-to `squirrel-mcp` (whose `embeddings` extra requires `squirrel-mcp-embeddings`
-at exactly that version) and to `squirrel-mcp-embeddings` (which requires
-`squirrel-mcp` at exactly that version, plus the third-party dependencies listed
-once under `[tool.squirrel-mcp] dependencies` in embeddings_plugin/pyproject.toml).
-embeddings_plugin/pyproject.toml points its hook at this file.
+The version is written once, in base/squirrel_mcp/__init__.py. `shared_metadata`
+gives it to `squirrel-mcp` (whose `embeddings` extra requires
+`squirrel-mcp-embeddings` at exactly that version) and to `squirrel-mcp-embeddings`
+(which requires `squirrel-mcp` at exactly that version, plus the third-party
+dependencies listed once under `[tool.squirrel-mcp] dependencies` in
+embeddings_plugin/pyproject.toml). This file is squirrel-mcp's metadata hook;
+embeddings_plugin/hatch_build.py calls the same function.
+
+A wheel built from an sdist takes these fields from the sdist's PKG-INFO, written
+when the sdist was built from the checkout (an sdist holds no base/ for the plugin).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 
 from hatchling.metadata.plugin.interface import MetadataHookInterface
 
-VERSION_FILE = Path(__file__).parent / "base" / "squirrel_mcp" / "__init__.py"
+VERSION_FILE = Path(__file__).resolve().parent / "base" / "squirrel_mcp" / "__init__.py"
 
 
 def read_version() -> str:
@@ -28,20 +32,27 @@ def read_version() -> str:
     return match.group(1)
 
 
+def shared_metadata(root: str, metadata: dict[str, Any]) -> None:
+    """Fill in `version` and the exact cross-pins of the distribution whose project root is `root`."""
+    if (Path(root) / "PKG-INFO").is_file():
+        return  # built from an sdist: hatchling has read the fields from PKG-INFO
+    version = read_version()
+    metadata["version"] = version
+    if metadata["name"] == "squirrel-mcp":
+        metadata["optional-dependencies"] = {
+            "embeddings": [f"squirrel-mcp-embeddings=={version}"],
+            # The sync server's PostgreSQL driver; SQLite needs nothing extra.
+            "postgres": ["psycopg[binary]>=3.2,<4"],
+        }
+    else:
+        listed = tomllib.loads((Path(root) / "pyproject.toml").read_text())["tool"]["squirrel-mcp"]
+        metadata["dependencies"] = [*listed["dependencies"], f"squirrel-mcp=={version}"]
+
+
 class VersionHook(MetadataHookInterface):
-    """Fill in `version` and the exact cross-pins."""
+    """squirrel-mcp's metadata hook: the version and the `embeddings` extra's exact pin."""
 
     PLUGIN_NAME = "custom"
 
     def update(self, metadata: dict[str, Any]) -> None:
-        version = read_version()
-        metadata["version"] = version
-        if metadata["name"] == "squirrel-mcp":
-            metadata["optional-dependencies"] = {
-                "embeddings": [f"squirrel-mcp-embeddings=={version}"],
-                # The sync server's PostgreSQL driver; SQLite needs nothing extra.
-                "postgres": ["psycopg[binary]>=3.2,<4"],
-            }
-        else:
-            listed = tomllib.loads((Path(self.root) / "pyproject.toml").read_text())["tool"]["squirrel-mcp"]
-            metadata["dependencies"] = [*listed["dependencies"], f"squirrel-mcp=={version}"]
+        shared_metadata(self.root, metadata)

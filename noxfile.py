@@ -7,7 +7,7 @@
     nox -s reliability  kills, concurrency, soak, fuzzing, tampering; table in docs/reliability.md
     nox -s fetch_model  the shipped model's checked files into the plugin (cached)
     nox -s demo    the real server over stdio on a throwaway vault, lexical and hybrid
-    nox -s build   both wheels into dist/
+    nox -s build   the sdists and wheels of both distributions into dist/, twine-checked
     nox -s bench   benchmark scripts; figures land in docs/benchmarks/
     nox -s lock    regenerate the hashed lock files in requirements/
 
@@ -23,6 +23,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import nox
 
@@ -125,12 +126,28 @@ def recall(session: nox.Session) -> None:
     run_recall(session)
 
 
-@nox.session(python=PYTHON)
+@nox.session(python=PYTHON, reuse_venv=True)
 def diagnose(session: nox.Session) -> None:
-    """Where the memories you expect rank for your own queries: `nox -s diagnose -- queries.json`."""
+    """Where the memories you expect rank for your own queries: `nox -s diagnose -- queries.json`.
+
+    An installed `squirrel-mcp` that has the diagnostic (pipx install
+    "squirrel-mcp[embeddings]") is run as it is. Otherwise this checkout is installed
+    into the session's own virtual environment, made once and reused afterwards.
+    """
+    installed = shutil.which("squirrel-mcp")
+    if installed is not None and has_diagnose(installed):
+        session.log(f"using the installed {installed}")
+        session.run(installed, "diagnose", *session.posargs, external=True)
+        return
     fetch_model_files(session)
     install_project(session, "requirements/runtime.txt", "requirements/build.txt")
-    session.run("squirrel-mcp-diagnose", *session.posargs)
+    session.run("squirrel-mcp", "diagnose", *session.posargs)
+
+
+def has_diagnose(script: str) -> bool:
+    """Whether this `squirrel-mcp` has the embeddings plugin's `diagnose` subcommand."""
+    probe = subprocess.run([script, "diagnose", "--help"], capture_output=True, check=False, timeout=120)
+    return probe.returncode == 0
 
 
 def run_reliability(session: nox.Session) -> None:
@@ -168,11 +185,18 @@ def demo(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def build(session: nox.Session) -> None:
-    """Both wheels (squirrel-mcp and squirrel-mcp-embeddings) into dist/."""
+    """The sdists and wheels of both distributions into dist/, checked by twine."""
     session.install("--require-hashes", "-r", "requirements/dev.txt")
     fetch_model_files(session)
-    session.run("python", "-m", "build", "--wheel", "--no-isolation", "--outdir", "dist", ".")
-    session.run("python", "-m", "build", "--wheel", "--no-isolation", "--outdir", "dist", "embeddings_plugin")
+    build_distributions(session, "dist")
+
+
+def build_distributions(session: nox.Session, outdir: str) -> None:
+    """Each distribution's sdist, then its wheel built from that sdist; `twine check --strict`."""
+    shutil.rmtree(outdir, ignore_errors=True)
+    for source in (".", "embeddings_plugin"):
+        session.run("python", "-m", "build", "--no-isolation", "--outdir", outdir, source)
+    session.run("twine", "check", "--strict", *sorted(str(p) for p in Path(outdir).iterdir()))
 
 
 @nox.session(python=PYTHON)

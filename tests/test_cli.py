@@ -30,7 +30,8 @@ def test_init_creates_a_vault_and_prints_a_client_config(vault_env: dict[str, st
     out = result.stdout.decode()
     block = json.loads(out[out.index("{") :])
     server = block["mcpServers"]["squirrel-notes"]
-    assert server["command"] == "squirrel-mcp"
+    # The block starts this very installation, by absolute path: hosts do not search the shell's PATH.
+    assert (server["command"], server["args"]) == (sys.executable, ["-m", "squirrel_mcp"])
     assert server["env"]["SQUIRREL_VAULT"] == vault_env["SQUIRREL_VAULT"]
     assert PASSPHRASE not in out  # a placeholder, never the secret
     vault = Path(vault_env["SQUIRREL_VAULT"])
@@ -40,6 +41,31 @@ def test_init_creates_a_vault_and_prints_a_client_config(vault_env: dict[str, st
     again = run_cli(vault_env, "init")
     assert again.returncode == 1 and b"already exists" in again.stderr
     assert vault.read_bytes() == before
+
+
+def test_the_printed_command_is_the_script_that_ran_or_the_uvx_form(tmp_path: Path) -> None:
+    from squirrel_mcp import cli
+
+    script = Path(sys.prefix) / "bin" / "squirrel-mcp"
+    original = sys.argv[0]
+    try:
+        sys.argv[0] = str(script)
+        assert cli.server_command({}) == (str(script), [])
+        # uvx runs the script from an environment in uv's cache (archive-v0/<hash>), with UV set.
+        uv = tmp_path / "uv"
+        (tmp_path / "uvx").touch()
+        archive = tmp_path / "cache" / "archive-v0" / "AbC"
+        original_prefix = sys.prefix
+        sys.prefix = str(archive)
+        try:
+            command, args = cli.server_command({"UV": str(uv)})
+        finally:
+            sys.prefix = original_prefix
+        assert command == str(tmp_path / "uvx")
+        # The README's two uvx blocks: with the plugin when it is installed, else word search only.
+        assert args in (["--from", "squirrel-mcp[embeddings]", "squirrel-mcp"], ["squirrel-mcp"])
+    finally:
+        sys.argv[0] = original
 
 
 def _converse(argv: list[str], env: dict[str, str], answers: list[str]) -> tuple[int, str]:

@@ -15,16 +15,22 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import importlib.metadata
 import json
+import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
+
+import pluggy
 
 from squirrel_mcp import __version__
 from squirrel_mcp.config import Config, ConfigError, check_api_base_url
 from squirrel_mcp.crypto import WrongPassphraseError
 from squirrel_mcp.files import atomic_write
 from squirrel_mcp.memories import MemoryStore, NoAccountError
+from squirrel_mcp.plugins import get_plugin_manager, load_plugins, register_commands
 from squirrel_mcp.storage import Storage, StorageError
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp.transfer import ImportFileError, export_json, import_json
@@ -123,8 +129,39 @@ def _client_config(config: Config) -> str:
         env["SQUIRREL_API_KEY"] = "<your API key>"
     elif config.vault_path != Config.from_env({}).vault_path:
         env["SQUIRREL_VAULT"] = str(config.vault_path)
-    block = {"mcpServers": {"squirrel-notes": {"command": "squirrel-mcp", "args": [], "env": env}}}
+    command, args = server_command()
+    block = {"mcpServers": {"squirrel-notes": {"command": command, "args": args, "env": env}}}
     return json.dumps(block, indent=2)
+
+
+def server_command(environ: Mapping[str, str] = os.environ) -> tuple[str, list[str]]:
+    """The `command` and `args` that start this same installation from an MCP client.
+
+    Absolute paths: a client (Claude Desktop, Claude Code, Cursor) does not start its
+    servers from your shell, so a bare `squirrel-mcp` found on your PATH is not found
+    there. Under uvx (an environment in uv's cache, which uv may clear), the uvx form,
+    with the `embeddings` extra when the plugin is installed.
+    """
+    prefix = Path(sys.prefix)
+    if "UV" in environ and prefix.parent.name.startswith("archive-v"):
+        uvx = Path(environ["UV"]).with_name("uvx")
+        args = ["--from", "squirrel-mcp[embeddings]", "squirrel-mcp"]
+        if not _installed("squirrel-mcp-embeddings"):
+            args = ["squirrel-mcp"]
+        return str(uvx) if uvx.is_file() else "uvx", args
+    script = Path(sys.argv[0])
+    if script.name == "__main__.py":  # python -m squirrel_mcp
+        return sys.executable, ["-m", "squirrel_mcp"]
+    # Not resolved: pipx's link in its bin directory outlives upgrades of its venv.
+    return str(script.absolute()), []
+
+
+def _installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def cmd_init(config: Config) -> int:
@@ -181,14 +218,12 @@ def cmd_import(config: Config, source: str) -> int:
     return 1 if report.conflicts else 0
 
 
-def cmd_serve(config: Config) -> int:
+def cmd_serve(config: Config, pm: pluggy.PluginManager) -> int:
     """Unlock the account, then serve MCP over stdio until the client closes it."""
-    from squirrel_mcp.plugins import PluginHost, get_plugin_manager, load_plugins
+    from squirrel_mcp.plugins import PluginHost
     from squirrel_mcp.server import create_server
 
     store = open_store(config, create=True)
-    pm = get_plugin_manager()
-    load_plugins(pm)
     host = PluginHost(pm)
     # Plugins start in their own threads: the MCP handshake does not wait for them.
     host.start(config, store)
@@ -199,8 +234,8 @@ def cmd_serve(config: Config) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The command line's parser."""
+def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentParser:
+    """The command line's parser, with the subcommands the plugins of `pm` add."""
     parser = argparse.ArgumentParser(
         prog="squirrel-mcp",
         description="A private, encrypted memory for AI agents. With no command, serves MCP over stdio.",
@@ -217,21 +252,28 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", help="file to write (mode 0600); default: stdout")
     imported = commands.add_parser("import", help="add the memories of an export file (safe to repeat)")
     imported.add_argument("file", help="an export file, or - for stdin")
+    if pm is not None:
+        register_commands(pm, commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `squirrel-mcp` script."""
-    args = build_parser().parse_args(argv)
+    pm = get_plugin_manager()
+    load_plugins(pm)
+    args = build_parser(pm).parse_args(argv)
     config = Config.from_env()
     try:
+        if getattr(args, "run", None) is not None:
+            # A plugin's subcommand (register_commands): it reads its own settings.
+            return int(args.run(args))
         if args.command == "init":
             return cmd_init(config)
         if args.command == "export":
             return cmd_export(config, args.output)
         if args.command == "import":
             return cmd_import(config, args.file)
-        return cmd_serve(config)
+        return cmd_serve(config, pm)
     except USER_ERRORS as error:
         _err(str(error))
         return 1

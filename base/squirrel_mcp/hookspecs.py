@@ -9,6 +9,7 @@ today keeps working.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Sequence
 
 import pluggy
@@ -97,4 +98,22 @@ def shutdown() -> None:
     at most 5 s for every plugin's shutdown together, then exits.
 
     The return value is ignored (return None).
+    """
+
+
+@hookspec
+def register_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Called when the `squirrel-mcp` command line is built, before it reads its arguments.
+
+    Exists so a plugin can add subcommands of its own (`squirrel-mcp diagnose`): they
+    are reachable wherever `squirrel-mcp` is, also where an installer exposes only the
+    main distribution's scripts (pipx).
+
+    - `commands`: the sub-parsers of `squirrel-mcp`. Add one with
+      `commands.add_parser(name, help=...)`, and give it the function to run with
+      `set_defaults(run=function)`: it gets the parsed `argparse.Namespace` and
+      returns the exit status. A name taken already (a built-in command) is refused.
+
+    The return value is ignored (return None). Raising leaves the plugin's commands
+    out, with one line on stderr; the built-in commands still work.
     """

@@ -101,6 +101,27 @@ def load_plugins(pm: pluggy.PluginManager, env: Mapping[str, str] | None = None,
         trace_hooks(pm, log)
 
 
+def one_plugin_caller(pm: pluggy.PluginManager, hook: str, name: str) -> pluggy.HookCaller:
+    """A hook caller that reaches the plugin `name` only, so a failure is known to be that plugin's."""
+    # Made afresh each time (it is cheap), so a plugin registered later is never let in.
+    others = [plugin for plugin in pm.get_plugins() if pm.get_name(plugin) != name]
+    return pm.subset_hook_caller(hook, remove_plugins=others)
+
+
+def register_commands(pm: pluggy.PluginManager, commands: Any, log: Log = log_line) -> None:
+    """Let each plugin add its subcommands to `commands`; one that fails is left out, saying so."""
+    for plugin in pm.get_plugins():
+        name = pm.get_name(plugin)
+        assert name is not None
+        caller = one_plugin_caller(pm, "register_commands", name)
+        if not caller.get_hookimpls():
+            continue
+        try:
+            caller(commands=commands)
+        except Exception as error:
+            log(f"plugin {name}'s commands were not added ({type(error).__name__})")
+
+
 def shape(value: object) -> str:
     """A value's type and size, for tracing: never its content."""
     if isinstance(value, Ranking):
@@ -178,12 +199,6 @@ class PluginHost:
         named = [(self.pm.get_name(plugin), plugin) for plugin in self.pm.get_plugins()]
         return [(name, plugin) for name, plugin in named if name is not None and name not in DEFAULT_PLUGINS]
 
-    def _caller(self, hook: str, name: str) -> pluggy.HookCaller:
-        """A hook caller that reaches one plugin only, so a failure is known to be that plugin's."""
-        # Made afresh each time (it is cheap), so a plugin registered later is never let in.
-        others = [plugin for plugin in self.pm.get_plugins() if self.pm.get_name(plugin) != name]
-        return self.pm.subset_hook_caller(hook, remove_plugins=others)
-
     def _fail(self, name: str, hook: str, reason: str) -> None:
         with self._lock:
             if name in self._set_aside:
@@ -195,7 +210,7 @@ class PluginHost:
         """Call one plugin's hook in its worker thread; a failure sets the plugin aside."""
         if name in self._set_aside:
             return
-        caller = self._caller(hook, name)
+        caller = one_plugin_caller(self.pm, hook, name)
         try:
             # Only hooks the plugin implements, so a trace shows real calls.
             if caller.get_hookimpls():
@@ -275,7 +290,7 @@ class PluginHost:
 
         def run() -> None:
             try:
-                outcome.append((self._caller("rank_memories", name)(**kwargs), None))
+                outcome.append((one_plugin_caller(self.pm, "rank_memories", name)(**kwargs), None))
             except Exception as error:
                 outcome.append((None, type(error).__name__))
             finally:
@@ -305,7 +320,7 @@ class PluginHost:
             name = impl.plugin_name
             if name in DEFAULT_PLUGINS:
                 # The built-in ranker is the server's own code: a failure there is a bug, and crashes loudly.
-                answer = self._caller("rank_memories", name)(**kwargs)
+                answer = one_plugin_caller(self.pm, "rank_memories", name)(**kwargs)
                 assert isinstance(answer, Ranking)
                 return answer
             if name in self._set_aside or name not in self._started:

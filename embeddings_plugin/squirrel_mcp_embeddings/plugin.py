@@ -19,6 +19,7 @@ REBUILT. None holds memory text, a query, a key or a vector.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
 import threading
@@ -399,6 +400,26 @@ class EmbeddingsPlugin:
         """Write the vector file if it changed."""
         if self.hybrid is not None:
             self.hybrid.flush()
+
+    @hookimpl
+    def register_commands(self, commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        """`squirrel-mcp diagnose queries.json`: the recall diagnostic, wherever squirrel-mcp is."""
+        command = commands.add_parser(
+            "diagnose",
+            help="where the memories you expect rank for your own queries (prints ids, ranks, scores only)",
+            # Everything after the word goes to the diagnostic's own parser, --help included.
+            add_help=False,
+        )
+        command.add_argument("arguments", nargs=argparse.REMAINDER)
+        command.set_defaults(run=run_diagnose)
+
+
+def run_diagnose(args: argparse.Namespace) -> int:
+    """Run the diagnostic on the arguments after `squirrel-mcp diagnose` (it ends the process)."""
+    # Imported here: the diagnostic imports the command line, which loads this module.
+    from squirrel_mcp_embeddings import diagnose
+
+    diagnose.main(args.arguments)
 
 
 plugin = EmbeddingsPlugin()
