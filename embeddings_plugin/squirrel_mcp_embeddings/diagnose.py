@@ -209,8 +209,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
 
 def run(argv: list[str] | None = None) -> int:
     """Diagnose the queries file named in `argv`; the exit code (130 when interrupted)."""
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("queries", type=Path, help='a JSON list of {"query": ..., "expect": ...}')
+    parser = argparse.ArgumentParser(prog=PROG, description=plugin.DIAGNOSE_HELP)
+    plugin.add_diagnose_arguments(parser)
     args = parser.parse_args(argv)
     # SIGTERM cleans up like Ctrl-C: the temporary vectors must not outlive the run.
     signal.signal(signal.SIGTERM, _interrupted)

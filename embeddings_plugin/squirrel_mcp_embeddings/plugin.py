@@ -404,22 +404,28 @@ class EmbeddingsPlugin:
     @hookimpl
     def register_commands(self, commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         """`squirrel-mcp diagnose queries.json`: the recall diagnostic, wherever squirrel-mcp is."""
-        command = commands.add_parser(
-            "diagnose",
-            help="where the memories you expect rank for your own queries (prints ids, ranks, scores only)",
-            # Everything after the word goes to the diagnostic's own parser, --help included.
-            add_help=False,
-        )
-        command.add_argument("arguments", nargs=argparse.REMAINDER)
+        command = commands.add_parser("diagnose", help=DIAGNOSE_HELP, description=DIAGNOSE_HELP)
+        add_diagnose_arguments(command)
         command.set_defaults(run=run_diagnose)
 
 
+DIAGNOSE_HELP = (
+    "For queries you choose, where the memory you expected ranks "
+    "(prints ids, ranks and scores only, never memory text)."
+)
+
+
+def add_diagnose_arguments(parser: argparse.ArgumentParser) -> None:
+    """The diagnostic's arguments, on `squirrel-mcp diagnose` and on `squirrel-mcp-diagnose`."""
+    parser.add_argument("queries", type=Path, help='a JSON list of {"query": ..., "expect": ...}')
+
+
 def run_diagnose(args: argparse.Namespace) -> int:
-    """Run the diagnostic on the arguments after `squirrel-mcp diagnose` (it ends the process)."""
-    # Imported here: the diagnostic imports the command line, which loads this module.
+    """Run the diagnostic on the parsed `squirrel-mcp diagnose` arguments (it ends the process)."""
+    # Imported here: it imports the server, which the other commands do not need.
     from squirrel_mcp_embeddings import diagnose
 
-    diagnose.main(args.arguments)
+    diagnose.main([str(args.queries)])
 
 
 plugin = EmbeddingsPlugin()
