@@ -223,7 +223,8 @@ def cmd_export(config: Config, output: str | None, *, force: bool = False) -> in
     if export.gaps:
         _err(
             f"exported{where} WITHOUT the revisions above: their records failed the integrity check "
-            f"(damaged or tampered with); exit status {EXIT_EXPORT_INCOMPLETE}"
+            f"(damaged or tampered with), or were missing already in the export this vault was "
+            f"imported from; exit status {EXIT_EXPORT_INCOMPLETE}"
         )
         return EXIT_EXPORT_INCOMPLETE
     if target is not None:
