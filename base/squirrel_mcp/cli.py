@@ -3,12 +3,17 @@
     squirrel-mcp            serve over stdio (what an MCP client config runs)
     squirrel-mcp init       create a vault (or, with SQUIRREL_API_BASE_URL, the account
                             on a sync server) and print a client config block
-    squirrel-mcp export     every memory with its history, as JSON
+    squirrel-mcp export     every memory with its history, as JSON (-o FILE; --force replaces FILE)
     squirrel-mcp import F   add an export's memories (safe to repeat)
     squirrel-mcp --version
 
 Errors a user can cause (no passphrase, wrong passphrase, no vault) print one
 line on stderr and exit non-zero; they never print a secret or memory text.
+
+Exit status: 0 done; 1 an error, nothing written (import: some revisions
+conflicted); 3 (export only) the export was written but some records could not
+be read, so it lacks those revisions: stderr names each memory id and revision
+number left out, and a backup script should treat the export as incomplete.
 """
 
 from __future__ import annotations
@@ -24,18 +29,23 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pluggy
+from pydantic import ValidationError
 
 from squirrel_mcp import __version__
 from squirrel_mcp.config import Config, ConfigError, check_api_base_url
-from squirrel_mcp.crypto import WrongPassphraseError
+from squirrel_mcp.crypto import KdfParams, WrongPassphraseError
 from squirrel_mcp.files import atomic_write
 from squirrel_mcp.memories import MemoryStore, NoAccountError
 from squirrel_mcp.plugins import get_plugin_manager, load_plugins, register_commands
 from squirrel_mcp.storage import Storage, StorageError
 from squirrel_mcp.storage.local import LocalVault
-from squirrel_mcp.transfer import ImportFileError, export_json, import_json
+from squirrel_mcp.transfer import ImportFileError, export_json, field_locations, import_json
 
 MIN_PASSPHRASE = 8
+# `export` wrote its file but left out revisions it could not read (see the module docstring).
+EXIT_EXPORT_INCOMPLETE = 3
+# How many memories with gaps an export names one by one before summing up the rest.
+MAX_GAPS_LISTED = 50
 
 
 class UserError(Exception):
@@ -73,7 +83,13 @@ def open_storage(config: Config, *, create: bool) -> Storage:
         from squirrel_mcp.storage.remote import RemoteStorage
 
         return RemoteStorage(check_api_base_url(config.api_base_url), config.api_key)
-    return LocalVault(config.vault_path, create=create)
+    vault = LocalVault(config.vault_path, create=create)
+    for path, mode in vault.corrected_modes:
+        _err(
+            f"{path} could be read or written by other users (mode {mode:04o}); its mode is now 0600. "
+            "Whoever read it holds sealed records that only your passphrase protects"
+        )
+    return vault
 
 
 def _where(config: Config) -> str:
@@ -92,8 +108,11 @@ def open_store(config: Config, *, create: bool) -> MemoryStore:
     existed = config.remote or config.vault_path.exists()
     storage = open_storage(config, create=create)
     try:
+        account = storage.load_account()
+        if account is not None:
+            _check_kdf(config, account.kdf)
         passphrase = _passphrase(config, confirm=False)
-        if storage.load_account() is None:
+        if account is None:
             if not create:
                 if config.remote:
                     raise NoAccountError(f"{_where(config)} holds no account yet: run `squirrel-mcp init`")
@@ -120,6 +139,21 @@ def open_store(config: Config, *, create: bool) -> MemoryStore:
     except BaseException:
         storage.close()
         raise
+
+
+def _check_kdf(config: Config, kdf: KdfParams) -> None:
+    """Refuse stored key-derivation parameters outside the bounds, before any passphrase is asked for.
+
+    They come from the vault file or the sync server; out of bounds, scrypt would
+    take gigabytes or minutes (derive_kek refuses them too, but as a bug's ValueError).
+    """
+    try:
+        kdf.validate()
+    except ValueError as error:
+        raise StorageError(
+            f"the key parameters of {_where(config)} are out of bounds ({error}): this squirrel-mcp "
+            "did not make them, so the account record was damaged or tampered with"
+        ) from None
 
 
 def _client_config(config: Config) -> str:
@@ -193,16 +227,44 @@ def cmd_init(config: Config) -> int:
     return 0
 
 
-def cmd_export(config: Config, output: str | None) -> int:
-    """Write every memory with its history as JSON to a file (mode 0600) or stdout."""
+def _check_output(output: Path, *, force: bool) -> None:
+    """Refuse an export path that is a symbolic link, or an existing file without `force`."""
+    if output.is_symlink():
+        raise UserError(f"{output} is a symbolic link; give the real path to export to")
+    if output.exists() and not force:
+        raise UserError(f"{output} exists; add --force to replace it")
+
+
+def cmd_export(config: Config, output: str | None, *, force: bool = False) -> int:
+    """Write every memory with its history as JSON to a file (mode 0600) or stdout.
+
+    Revisions that cannot be read are left out and named on stderr (exit status
+    EXIT_EXPORT_INCOMPLETE): one damaged record must not block every backup.
+    """
+    target = None if output in (None, "-") else Path(output)
+    if target is not None:
+        _check_output(target, force=force)
     store = open_store(config, create=False)
-    data = export_json(store)
-    if output in (None, "-"):
-        sys.stdout.buffer.write(data)
+    export = export_json(store)
+    if target is None:
+        sys.stdout.buffer.write(export.data)
         sys.stdout.flush()
     else:
-        atomic_write(Path(output), data)
-        _err(f"exported to {output}")
+        atomic_write(target, export.data)
+    for gap in export.gaps[:MAX_GAPS_LISTED]:
+        _err(f"left out, unreadable: {gap}")
+    if len(export.gaps) > MAX_GAPS_LISTED:
+        _err(f"left out, unreadable: revisions of {len(export.gaps) - MAX_GAPS_LISTED} more memories")
+    where = "" if target is None else f" to {target}"
+    if export.gaps:
+        _err(
+            f"exported{where} WITHOUT the revisions above: their records failed the integrity check "
+            f"(damaged or tampered with), or were missing already in the export this vault was "
+            f"imported from; exit status {EXIT_EXPORT_INCOMPLETE}"
+        )
+        return EXIT_EXPORT_INCOMPLETE
+    if target is not None:
+        _err(f"exported to {target}")
     return 0
 
 
@@ -250,6 +312,7 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
     )
     export = commands.add_parser("export", help="write every memory with its history as JSON")
     export.add_argument("-o", "--output", help="file to write (mode 0600); default: stdout")
+    export.add_argument("--force", action="store_true", help="replace the output file if it exists")
     imported = commands.add_parser("import", help="add the memories of an export file (safe to repeat)")
     imported.add_argument("file", help="an export file, or - for stdin")
     if pm is not None:
@@ -270,12 +333,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "init":
             return cmd_init(config)
         if args.command == "export":
-            return cmd_export(config, args.output)
+            return cmd_export(config, args.output, force=args.force)
         if args.command == "import":
             return cmd_import(config, args.file)
         return cmd_serve(config, pm)
     except USER_ERRORS as error:
         _err(str(error))
+        return 1
+    except ValidationError as error:
+        # Data that does not fit a model: name the fields, never the values (memory text).
+        _err(f"invalid data at: {field_locations(error)}")
         return 1
     except OSError as error:
         # A missing or unreadable file given on the command line; the path is the user's own.

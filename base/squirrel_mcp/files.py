@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -12,19 +13,42 @@ from pathlib import Path
 # no write of ours takes minutes. Younger ones may belong to another live process
 # (two servers on one vault write the same vector file), so they are left alone.
 STALE_TEMP_SECONDS = 600.0
+# What names our temp files: ".<target name>.squirrel-mcp-<random>.tmp". The sweep below
+# deletes only names with this marker, so another program's ".<name>.<anything>.tmp"
+# beside the target (an editor's, a sync tool's) is never touched.
+TEMP_MARKER = "squirrel-mcp-"
+
+
+def _is_our_leftover(temp: Path, cutoff: float) -> bool:
+    """Whether `temp` looks exactly like a file `atomic_write` made and never renamed.
+
+    mkstemp makes a regular file of mode 0600 owned by us with one link; a file that
+    is anything else (a symlink, someone else's, chmod-ed, hard-linked elsewhere) was
+    not left by us as it is, so it stays, however old.
+    """
+    status = temp.lstat()
+    return (
+        stat.S_ISREG(status.st_mode)
+        and status.st_uid == os.geteuid()
+        and stat.S_IMODE(status.st_mode) == 0o600
+        and status.st_nlink == 1
+        and status.st_mtime < cutoff
+    )
 
 
 def remove_stale_temps(path: Path) -> int:
     """Delete the temp files `atomic_write(path, ...)` left behind over STALE_TEMP_SECONDS ago.
 
     Returns how many went. A killed writer leaves its temp file (sealed data, mode
-    0600) beside the target; without this they would pile up, one per crash.
+    0600) beside the target; without this they would pile up, one per crash (the
+    vector file is rewritten every few saves, so a server killed often leaves many).
+    Only files named with TEMP_MARKER and still as mkstemp made them are removed.
     """
     cutoff = time.time() - STALE_TEMP_SECONDS
     removed = 0
-    for temp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+    for temp in path.parent.glob(f".{glob.escape(path.name)}.{TEMP_MARKER}*.tmp"):
         try:
-            if temp.stat().st_mtime < cutoff:
+            if _is_our_leftover(temp, cutoff):
                 temp.unlink()
                 removed += 1
         except FileNotFoundError:
@@ -67,7 +91,7 @@ def atomic_write(path: Path, data: bytes) -> None:
     private_dirs(path.parent)
     remove_stale_temps(path)
     # mkstemp creates the file with mode 0600 whatever the umask.
-    fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{TEMP_MARKER}", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as temp:
             temp.write(data)

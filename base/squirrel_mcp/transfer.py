@@ -4,6 +4,11 @@ For backups and for moving to another machine. The file is plaintext by design
 (it is what the user owns); it is written owner-only. Import is idempotent: a
 revision the vault already holds with the same content is skipped, one it
 holds with different content is reported as a conflict and left alone.
+
+A damaged record does not stop a backup: the export holds every revision that
+can be read, and names the ones left out (by memory id and revision number,
+never by content) so the caller can report them. A memory's revisions are then
+numbered with a gap (1, 3, ...), and import takes them as they are.
 """
 
 from __future__ import annotations
@@ -21,16 +26,16 @@ FORMAT = "squirrel-mcp-export"
 
 
 class ExportedMemory(BaseModel):
-    """One memory's history, oldest revision first."""
+    """One memory's history, oldest revision first (a revision left out leaves a gap in the numbers)."""
 
     id: MemoryId
     revisions: list[Revision] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _contiguous(self) -> ExportedMemory:
+    def _ordered(self) -> ExportedMemory:
         numbers = [revision.revision for revision in self.revisions]
-        if numbers != list(range(1, len(numbers) + 1)):
-            raise ValueError(f"memory {self.id}: revisions must be numbered 1, 2, 3, ... in order")
+        if numbers != sorted(set(numbers)):
+            raise ValueError(f"memory {self.id}: revisions must be in increasing order, each once")
         if any(revision.id != self.id for revision in self.revisions):
             raise ValueError(f"memory {self.id}: a revision carries another id")
         return self
@@ -60,16 +65,55 @@ class ImportReport:
     conflicts: int = 0
 
 
-def export_json(store: MemoryStore) -> bytes:
-    """Every readable revision of every memory, as indented JSON."""
+@dataclass(frozen=True)
+class Export:
+    """An export file's bytes, and what it had to leave out."""
+
+    data: bytes
+    #: One line per memory with revisions left out: its id and their numbers, never content.
+    gaps: list[str]
+
+
+def export_json(store: MemoryStore) -> Export:
+    """Every readable revision of every memory, as indented JSON, and the gaps (see Export)."""
+    histories = list(store.all_revisions())
     exported = ExportFile(
         format=FORMAT,
         version=1,
         exportedAt=now_iso(),
         exportedBy=f"squirrel-mcp {__version__}",
-        memories=[ExportedMemory(id=history[0].id, revisions=history) for history in store.all_revisions()],
+        memories=[ExportedMemory(id=history[0].id, revisions=history) for history in histories],
     )
-    return exported.model_dump_json(indent=2).encode() + b"\n"
+    return Export(exported.model_dump_json(indent=2).encode() + b"\n", _gaps(histories, store))
+
+
+def _gaps(histories: list[list[Revision]], store: MemoryStore) -> list[str]:
+    """Which revisions the export lacks, one line per memory.
+
+    Numbers skipped below a memory's last readable revision are named; past it, the
+    store tells only that the latest revision is unreadable, not its number.
+    """
+    gaps: dict[str, str] = {}
+    readable: dict[str, int] = {}
+    for history in histories:
+        numbers = {revision.revision for revision in history}
+        readable[history[0].id] = max(numbers)
+        missing = [n for n in range(1, max(numbers)) if n not in numbers]
+        if missing:
+            listed = ", ".join(str(n) for n in missing)
+            gaps[history[0].id] = f"revision{'s' if len(missing) > 1 else ''} {listed}"
+    for memory_id in store.unreadable_ids():
+        last = readable.get(memory_id)
+        latest = "every revision" if last is None else f"the revisions after {last}"
+        gaps[memory_id] = f"{gaps[memory_id]} and {latest}" if memory_id in gaps else latest
+    return [f"memory {memory_id}: {gaps[memory_id]}" for memory_id in sorted(gaps)]
+
+
+def field_locations(error: ValidationError) -> str:
+    """The places a validation error names, without the values (they may be memory text)."""
+    places = sorted({".".join(str(part) for part in e["loc"]) or "(top level)" for e in error.errors()})
+    more = f" and {len(places) - 10} more" if len(places) > 10 else ""
+    return ", ".join(places[:10]) + more
 
 
 def import_json(store: MemoryStore, data: bytes) -> ImportReport:
@@ -78,8 +122,7 @@ def import_json(store: MemoryStore, data: bytes) -> ImportReport:
         parsed = ExportFile.model_validate_json(data)
     except ValidationError as error:
         # Locations only: the values are memory text.
-        places = sorted({".".join(str(part) for part in e["loc"]) for e in error.errors()})
-        raise ImportFileError(f"not a valid {FORMAT} file; problems at: {', '.join(places[:10])}") from None
+        raise ImportFileError(f"not a valid {FORMAT} file; problems at: {field_locations(error)}") from None
     report = ImportReport()
     for memory in parsed.memories:
         added, present, conflicts = store.import_history(memory.revisions)

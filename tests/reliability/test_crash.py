@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from squirrel_mcp.files import STALE_TEMP_SECONDS, atomic_write
+from squirrel_mcp.files import STALE_TEMP_SECONDS, TEMP_MARKER, atomic_write
 from squirrel_mcp.memories import MemoryOperationError, MemoryReader, MemoryStore
 from squirrel_mcp.models import Revision
 from squirrel_mcp_embeddings import vectors
@@ -476,7 +476,8 @@ def test_kill_the_vector_file_writer(tmp_path: Path) -> None:
     # Temp files of writers killed mid-write: once stale, the next write of that file removes them.
     for temp in leftovers:
         os.utime(temp, (time.time() - STALE_TEMP_SECONDS - 60,) * 2)
-        # ".<file name>.<random>.tmp", as mkstemp named it: the next write of <file name> cleans up.
+        # ".<file name>.squirrel-mcp-<random>.tmp", as mkstemp named it: the next write of <file name>
+        # cleans up.
         target = temp.with_name(temp.name[1:].rsplit(".", 2)[0])
         atomic_write(target, target.read_bytes())
     left_after = sorted(tmp_path.glob("vault*/cache/squirrel-notes/.*.tmp"))
@@ -499,11 +500,12 @@ def test_kill_the_vector_file_writer(tmp_path: Path) -> None:
 def test_a_write_removes_stale_temp_files_and_keeps_young_ones(tmp_path: Path) -> None:
     target = tmp_path / "memory-vectors-abc.bin"
     target.write_bytes(b"old")
-    stale = tmp_path / f".{target.name}.killed01.tmp"
-    young = tmp_path / f".{target.name}.writing2.tmp"
-    other = tmp_path / ".another-file.bin.killed03.tmp"
+    stale = tmp_path / f".{target.name}.{TEMP_MARKER}killed01.tmp"
+    young = tmp_path / f".{target.name}.{TEMP_MARKER}writing2.tmp"
+    other = tmp_path / f".another-file.bin.{TEMP_MARKER}killed03.tmp"
     for temp in (stale, young, other):
         temp.write_bytes(b"partial")
+        temp.chmod(0o600)  # as mkstemp makes them
     aged = time.time() - STALE_TEMP_SECONDS - 60
     os.utime(stale, (aged, aged))
     os.utime(other, (aged, aged))

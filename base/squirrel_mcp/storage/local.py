@@ -8,14 +8,20 @@ acknowledged save survive a crash or power loss.
 
 The file and its directory are created with owner-only permissions before
 SQLite touches them; SQLite gives its -wal and -shm files the database file's
-mode.
+mode. An existing vault (or -wal, -shm file) that group or others may read or
+write is set back to mode 0600 when it is opened, and the caller is told so it
+can tell the user; one owned by another user is refused. A symbolic link at any
+of the three paths is refused rather than followed: SQLite would create or open
+whatever it points to, with the umask's mode.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +32,8 @@ from squirrel_mcp.files import create_private_file
 from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, StorageError
 
 SCHEMA_VERSION = 1
+# The files SQLite keeps beside the vault in WAL mode: they hold pages of it.
+SIDE_FILE_SUFFIXES = ("-wal", "-shm")
 BUSY_TIMEOUT_MS = 10_000
 
 _SCHEMA = """
@@ -52,10 +60,15 @@ class LocalVault:
     def __init__(self, path: Path, *, create: bool) -> None:
         """Open the vault at `path`; with `create`, make the file if it is missing."""
         self.path = path
-        if not path.exists():
+        #: Files whose mode this open set to 0600, with the mode they had (for the user to hear of).
+        self.corrected_modes: list[tuple[Path, int]] = []
+        # lexists: a dangling symlink "does not exist" for exists(), yet SQLite would create its target.
+        if not os.path.lexists(path):
             if not create:
                 raise StorageError(f"there is no vault at {path} (run `squirrel-mcp init`)")
             create_private_file(path)
+        for file in (path, *(path.with_name(path.name + suffix) for suffix in SIDE_FILE_SUFFIXES)):
+            self._make_private(file)
         # One connection shared by the server's worker threads, guarded by a lock.
         self._lock = threading.Lock()
         try:
@@ -68,7 +81,40 @@ class LocalVault:
             self._db.executescript(_SCHEMA)
             self._check_schema()
         except sqlite3.DatabaseError as error:
-            raise StorageError(f"{path} is not a readable squirrel-mcp vault ({error})") from error
+            raise StorageError(f"{path} is not a readable squirrel-mcp vault ({_reason(error)})") from error
+
+    def _make_private(self, file: Path) -> None:
+        """Refuse `file` if it is a symlink or not a regular file; set its mode to 0600 if it is looser.
+
+        The checks use lstat and the chmod an O_NOFOLLOW descriptor, so no link is
+        followed here. (A process that can write in the vault's directory could still
+        swap a file in between this check and SQLite's open; the directory is created
+        owner-only for that reason.)
+        """
+        try:
+            status = file.lstat()
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(status.st_mode):
+            raise StorageError(
+                f"{file} is a symbolic link: the vault and its -wal and -shm files must be regular files "
+                "(set SQUIRREL_VAULT to the real path)"
+            )
+        if not stat.S_ISREG(status.st_mode):
+            raise StorageError(f"{file} is not a regular file, so it cannot be a squirrel-mcp vault")
+        mode = stat.S_IMODE(status.st_mode)
+        if mode & 0o077 == 0:
+            return
+        if status.st_uid != os.geteuid():
+            raise StorageError(
+                f"{file} belongs to another user and others may read it (mode {mode:04o}); refusing to use it"
+            )
+        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            os.fchmod(fd, 0o600)
+        finally:
+            os.close(fd)
+        self.corrected_modes.append((file, mode))
 
     @contextmanager
     def _guard(self) -> Iterator[None]:
@@ -83,7 +129,9 @@ class LocalVault:
             # Misuse of the connection (closed, wrong thread): our bug, so loudly.
             raise
         except sqlite3.DatabaseError as error:
-            raise StorageError(f"the vault at {self.path} is damaged or unreadable ({error})") from error
+            raise StorageError(
+                f"the vault at {self.path} is damaged or unreadable ({_reason(error)})"
+            ) from error
 
     def _check_schema(self) -> None:
         row = self._db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
@@ -170,3 +218,17 @@ class LocalVault:
         """Close the connection (checkpointing the WAL when last out)."""
         with self._lock, self._guard():
             self._db.close()
+
+
+def _reason(error: sqlite3.DatabaseError) -> str:
+    """SQLite's reason for `error`, or a fixed one when the error does not come from SQLite itself.
+
+    SQLite's own messages name tables, columns and constraints, never stored values.
+    Python's sqlite3 module raises some errors of its own (no SQLite error name), and
+    those can quote a value: "Could not decode to UTF-8 column 'memory_id' with text
+    '<the bytes>'", where a damaged or crafted vault puts ciphertext (or anything) in
+    a text column. Those are summarised without the value.
+    """
+    if getattr(error, "sqlite_errorname", None) is None:
+        return "a stored value has the wrong type or is not valid UTF-8 text"
+    return str(error)
