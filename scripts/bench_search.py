@@ -470,6 +470,8 @@ def crafted_report(
             f"{usual['after']:.2f} | {usual['before'] / usual['after']:.2f} |",
             "",
             "Every ordinary query gave the same answer before and after (the script checks it).",
+            "Absolute times depend on the machine and on what else runs on it; the ratio, from",
+            "runs that alternate, is the figure to compare.",
             "The corpus and the ordinary queries are those of the search-latency benchmark",
             f"(docs/benchmarks.md), seed {args.seed}.",
             "",
