@@ -26,31 +26,53 @@ random memory so that they hit. Every query runs once untimed on each engine,
 then each is timed on every engine in turn, the engine order rotated per query so
 that load from other processes falls on all alike. Median and p95 (nearest rank)
 per engine and size; the report is written to docs/benchmarks.md (`nox -s bench`).
+
+With `--crafted`, it measures instead the worst query the search tool takes, before
+and after the bounds on a query's work (docs/search.md, "Limits"): 999 characters
+of the 250 most common three-letter prefixes of a 3,000-memory vault's words, through
+`squirrel_mcp.server.run_search` on a real store, with a throwaway ranker plugin
+installed that scores every candidate (so every match is scored, as with a ranker
+by meaning). "Before" is `squirrel_mcp/search.py` as of the commit `--before` names,
+loaded from git and put in place of the current one for its runs; the two alternate,
+run by run. Ordinary queries are run both ways too, and must give identical hits.
+The report is written to docs/benchmarks/search-limits.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import gc
+import importlib.util
 import math
 import platform
 import random
 import resource
 import sqlite3
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import ModuleType
 
-from squirrel_mcp import search
+from squirrel_mcp import crypto, hookspecs, plugins, search, server
+from squirrel_mcp.config import Config
 from squirrel_mcp.index import FIELD_WEIGHTS, SearchIndex
+from squirrel_mcp.memories import MemoryStore
 from squirrel_mcp.models import HALF_LIFE_DAYS, Revision
+from squirrel_mcp.ranking import Candidate, RankedHit, Ranking, RankOptions
+from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp.text.tokens import fold, matches_prefixes
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO / "docs" / "benchmarks.md"
+CRAFTED_OUTPUT = REPO / "docs" / "benchmarks" / "search-limits.md"
+# The last commit before the bounds on a query's work.
+BEFORE_BOUNDS = "c29831f"
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 _FUNCTION_WORDS = (
     "the a an and of to in on for with at by from is was are be has have had it its this that her his "
@@ -69,7 +91,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
     parser.add_argument("--queries", type=int, default=300, help="timed queries per size")
     parser.add_argument("--seed", type=int, default=20261130)
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument("--output", type=Path, default=None, help="where the report goes")
+    parser.add_argument("--crafted", action="store_true", help="time the crafted query before and after")
+    parser.add_argument("--before", default=BEFORE_BOUNDS, help="the commit whose search.py is 'before'")
+    parser.add_argument("--runs", type=int, default=7, help="timed runs of the crafted query per side")
     return parser.parse_args(argv)
 
 
@@ -305,9 +330,167 @@ def report(results: list[dict[str, object]], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+class ScoringRanker:
+    """A throwaway ranker that scores every candidate, as a ranker by meaning does, then keeps the best."""
+
+    @hookspecs.hookimpl
+    def rank_memories(self, candidates: Sequence[Candidate], total: int, options: RankOptions) -> Ranking:
+        """The candidates by lexicalScore, then the length of their text; cut to the limit."""
+        scored = sorted(
+            candidates, key=lambda c: (-(c.lexical_score + len(c.memory.text) / 1e6), c.memory.id)
+        )
+        best = scored[: options.limit]
+        return Ranking(
+            [RankedHit(c.memory.id, float(len(best) - n), c.lexical_score, 0.5) for n, c in enumerate(best)],
+            total,
+            "hybrid",
+        )
+
+
+def search_as_of(commit: str) -> ModuleType:
+    """`squirrel_mcp/search.py` as it was at `commit`, loaded as a module of its own."""
+    source = subprocess.run(
+        ["git", "-C", str(REPO), "show", f"{commit}:base/squirrel_mcp/search.py"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    spec = importlib.util.spec_from_loader("squirrel_mcp_search_before", loader=None)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    # Dataclasses look their module up while the class is made.
+    sys.modules[spec.name] = module
+    exec(compile(source, f"search.py at {commit}", "exec"), module.__dict__)
+    return module
+
+
+def crafted_query(index: SearchIndex) -> str:
+    """The 250 three-letter prefixes held by the most (memory, term) pairs, joined: 999 characters."""
+    counts: collections.Counter[str] = collections.Counter()
+    for term, posting in index.postings.items():
+        if len(term) >= 3 and term.isalpha() and matches_prefixes(term[:3]):
+            counts[term[:3]] += len(posting)
+    return " ".join(prefix for prefix, _ in counts.most_common(250))
+
+
+def run_crafted(args: argparse.Namespace) -> str:
+    """Time the crafted query and ordinary ones before and after; the Markdown page."""
+    corpus = Corpus(args.seed)
+    before = search_as_of(args.before)
+    after = server.search
+    with tempfile.TemporaryDirectory() as folder:
+        cheap = crypto.KdfParams(salt=b"s" * crypto.SALT_BYTES, n=2**14)
+        store = MemoryStore.create(LocalVault(Path(folder) / "vault", create=True), "passphrase", kdf=cheap)
+        for number in range(3_000):
+            memory = corpus.memory(number)
+            store.save(
+                entity=memory.entity,
+                text=memory.text,
+                category=memory.category,
+                tags=memory.tags,
+                keywords=memory.keywords,
+            )
+        memories = store.current()
+        pm = plugins.get_plugin_manager()
+        pm.register(ScoringRanker(), name="scoring")
+        host = plugins.PluginHost(pm, log=lambda line: print(line, file=sys.stderr), rank_timeout=60)
+        host.start(Config(Path(folder) / "vault", None, None, None), store)
+        assert host.wait_started(10)
+        assert host.has_rankers()
+        query = crafted_query(store.index)
+        planned = search.plan(store.index, query)
+        outline = {
+            "length": len(query),
+            "words": len(query.split()),
+            "terms": len(planned.matches),
+            "expansions": planned.expansions,
+            "unbounded": sum(len(store.index.expand(word)) for word in query.split()),
+            "total": search.search(store.index, query, NOW).total,
+        }
+
+        def timed(module: ModuleType, text: str) -> tuple[float, server.SearchResult]:
+            server.search = module
+            try:
+                started = time.perf_counter()
+                found = server.run_search(store, host, text, limit=10, now=NOW)
+                return (time.perf_counter() - started) * 1000, found
+            finally:
+                server.search = after
+
+        crafted: dict[str, list[float]] = {"before": [], "after": []}
+        for run in range(args.runs):
+            order = [("before", before), ("after", after)]
+            for name, module in order if run % 2 == 0 else reversed(order):
+                milliseconds, found = timed(module, query)
+                assert found.ranking == "hybrid"
+                crafted[name].append(milliseconds)
+                print(f"crafted query, {name}: {milliseconds:.0f} ms", file=sys.stderr)
+        ordinary: dict[str, list[float]] = {"before": [], "after": []}
+        for text in (corpus.query(memories) for _ in range(args.queries)):
+            answers = {}
+            for name, module in (("before", before), ("after", after)):
+                milliseconds, answers[name] = timed(module, text)
+                ordinary[name].append(milliseconds)
+            # The bounds are far above ordinary queries: the hits must not change.
+            assert answers["before"] == answers["after"], "an ordinary query ranked differently"
+        host.shutdown(timeout=1)
+    return crafted_report(args, outline, crafted, ordinary)
+
+
+def crafted_report(
+    args: argparse.Namespace,
+    outline: dict[str, int],
+    crafted: dict[str, list[float]],
+    ordinary: dict[str, list[float]],
+) -> str:
+    """The Markdown page of the crafted-query run."""
+    medians = {name: statistics.median(values) for name, values in crafted.items()}
+    usual = {name: statistics.median(values) for name, values in ordinary.items()}
+    return "\n".join(
+        [
+            "# A crafted query, before and after the bounds on a query's work",
+            "",
+            "Written by `scripts/bench_search.py --crafted`. One search through",
+            "`squirrel_mcp.server.run_search` (what `search_memory` runs, minus the MCP round trip)",
+            "on a real store of 3,000 memories, with a throwaway ranker plugin installed that scores",
+            "every candidate, so the search scores every match as it does for a ranker by meaning.",
+            f'"Before" is `squirrel_mcp/search.py` as of commit {args.before}, "after" this checkout;',
+            "the two alternate run by run, in the same process, on the same store.",
+            "",
+            f"The query: the {outline['words']} three-letter prefixes most held in the vault's words,",
+            f"{outline['length']} characters (the tool takes 1,000). Unbounded they match",
+            f"{outline['unbounded']:,} terms; within the bounds {outline['terms']} terms count,",
+            f"finding {outline['expansions']:,} longer terms. Hits: {outline['total']:,}.",
+            "",
+            "| Query | Before, median (ms) | After, median (ms) | Before / after |",
+            "|---|---:|---:|---:|",
+            f"| crafted, {args.runs} runs each | {medians['before']:,.0f} | {medians['after']:,.0f} "
+            f"| {medians['before'] / medians['after']:,.0f} |",
+            f"| ordinary, {args.queries} queries of 1 to 4 words | {usual['before']:.2f} | "
+            f"{usual['after']:.2f} | {usual['before'] / usual['after']:.2f} |",
+            "",
+            "Every ordinary query gave the same answer before and after (the script checks it).",
+            "Absolute times depend on the machine and on what else runs on it; the ratio, from",
+            "runs that alternate, is the figure to compare.",
+            "The corpus and the ordinary queries are those of the search-latency benchmark",
+            f"(docs/benchmarks.md), seed {args.seed}.",
+            "",
+            f"- Python {platform.python_version()} ({platform.python_implementation()}), "
+            f"{platform.platform()}, {platform.machine()}",
+            "",
+        ]
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run every size and write the report."""
+    """Run every size and write the report (or, with --crafted, the crafted-query report)."""
     args = parse_args(argv)
+    if args.crafted:
+        output = args.output or CRAFTED_OUTPUT
+        output.write_text(run_crafted(args))
+        print(f"wrote {output}", file=sys.stderr)
+        return 0
+    args.output = args.output or DEFAULT_OUTPUT
     results = []
     for size in args.sizes:
         corpus = Corpus(args.seed + size)

@@ -201,8 +201,13 @@ class SearchIndex:
             changed.clear()
             return self._vocabulary
 
-    def expand(self, prefix: str) -> list[str]:
-        """The terms in the index that are `prefix` or begin with it (`tokens.begins_with`)."""
+    def expand(self, prefix: str, limit: int | None = None) -> list[str]:
+        """The terms in the index that are `prefix` or begin with it (`tokens.begins_with`), sorted.
+
+        With a `limit`, at most that many longer terms besides `prefix` itself: the
+        shortest, and of the same length the first in sorted order. The shortest are
+        the nearest forms of the word ("gardens" before "gardenersworld").
+        """
         with self.lock:
             vocabulary = self.vocabulary()
             position = bisect.bisect_left(vocabulary, prefix)
@@ -211,7 +216,11 @@ class SearchIndex:
                 if begins_with(vocabulary[position], prefix):
                     found.append(vocabulary[position])
                 position += 1
+        exact = found[:1] if found[:1] == [prefix] else []
+        if limit is None or len(found) - len(exact) <= limit:
             return found
+        # sorted() is stable, so terms of one length keep their sorted order.
+        return exact + sorted(sorted(found[len(exact) :], key=len)[:limit])
 
     def recency_since_epoch(self, category: str, now: float) -> float:
         """The decay from the epoch to `now` (epoch seconds): what a search multiplies by."""

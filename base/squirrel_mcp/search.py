@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from squirrel_mcp.index import HALF, SECONDS_PER_DAY, SearchIndex, recency
@@ -38,6 +38,16 @@ from squirrel_mcp.text.tokens import (
 # less than the word itself, and the word spelled out ranks first among equals. A half,
 # like the spec's other partial matches (hyphen parts, characters inside pairs).
 PREFIX = 0.5
+
+# Bounds on the work one query can ask for (`plan`), far above what real queries use:
+# the recall corpus's queries have at most 10 distinct terms and the tests' at most 4,
+# and an ordinary query word finds at most 39 longer terms in a 100,000-memory vault
+# (scripts/bench_search.py's corpus). Without them a query of 250 three-letter
+# prefixes, the tool's 1,000 characters, makes every memory a hit and matches
+# thousands of terms, all while holding the index lock.
+MAX_QUERY_TERMS = 64
+MAX_TERM_EXPANSIONS = 512
+MAX_QUERY_EXPANSIONS = 2048
 
 NO_WORDS_NOTE = (
     "This query has no letter or digit in any script, so it cannot be searched by words. "
@@ -68,35 +78,112 @@ class Outcome:
     note: str | None = None
 
 
-def _expansions(index: SearchIndex, term: str) -> list[str]:
-    """The index's terms a query term matches: itself, and the longer ones beginning with it if it may."""
-    if matches_prefixes(term):
-        return index.expand(term)
-    return [term] if term in index.postings else []
+@dataclass(frozen=True)
+class Plan:
+    """What one query looks up in the index, within the limits above."""
+
+    words: list[QueryWord]
+    """The query's distinct words in order, as many as fit in MAX_QUERY_TERMS terms."""
+    matches: dict[str, list[str]]
+    """Each term of those words (a word, a hyphen part) -> the index terms it finds, sorted."""
+
+    @property
+    def expansions(self) -> int:
+        """How many index terms the query's terms find beyond their own spelling."""
+        return sum(len(found) - (term in found) for term, found in self.matches.items())
 
 
-def _level(index: SearchIndex, terms: list[str], memory_id: str) -> float:
-    """How fully a memory holds any of `terms` (one query term's matches): 1, HALF or 0."""
-    best = 0.0
-    for term in terms:
-        level = index.level(term, memory_id)
-        if level == 1.0:
-            return level
-        best = max(best, level)
-    return best
+def plan(index: SearchIndex, query: str) -> Plan:
+    """The words of `query` that count and the index terms each of their terms matches.
+
+    The terms are taken in query order (a word, then its hyphen parts) and the rest
+    of the query is left out once MAX_QUERY_TERMS distinct terms are reached. A term
+    that may match as a prefix finds its own spelling and at most
+    MAX_TERM_EXPANSIONS longer terms (`SearchIndex.expand`), and the query's terms
+    together at most MAX_QUERY_EXPANSIONS, given out in query order: a term past
+    that finds only its own spelling. So the work a query can ask for is bounded
+    whatever it holds.
+    """
+    words: list[QueryWord] = []
+    terms: dict[str, None] = {}
+    for word in query_words(query):
+        if word.term not in terms and len(terms) == MAX_QUERY_TERMS:
+            break
+        terms[word.term] = None
+        parts: list[str] = []
+        for part in word.parts:
+            if part not in terms:
+                if len(terms) == MAX_QUERY_TERMS:
+                    break
+                terms[part] = None
+            parts.append(part)
+        if len(parts) < len(word.parts):
+            words.append(replace(word, parts=tuple(parts)))
+            break
+        words.append(word)
+    matches: dict[str, list[str]] = {}
+    budget = MAX_QUERY_EXPANSIONS
+    with index.lock:
+        for term in terms:
+            if matches_prefixes(term) and budget > 0:
+                found = index.expand(term, min(MAX_TERM_EXPANSIONS, budget))
+                budget -= len(found) - (term in found)
+            else:
+                found = [term] if term in index.postings else []
+            matches[term] = found
+    return Plan(words, matches)
 
 
-def _held(index: SearchIndex, word: QueryWord, matches: dict[str, list[str]], memory_id: str) -> float:
-    """How fully a memory holds one query word, 0 to 1; `matches` maps each query term to its matches."""
-    level = _level(index, matches[word.term], memory_id)
-    if level == 1.0 or not word.parts:
-        return level
+def _lexical_scores(
+    index: SearchIndex, wanted: list[QueryWord], held: dict[str, dict[str, float]], chosen: list[str]
+) -> dict[str, float]:
+    """Each chosen memory's lexicalScore: the share of the content words `wanted` it holds.
+
+    `held` maps a term that finds other terms than itself to how fully each memory
+    holds it. Each word walks its memories or the chosen ones, whichever are fewer,
+    so a search that keeps every match costs no more per word than its posting.
+    """
+    totals = dict.fromkeys(chosen, 0.0)
+
+    def level(term: str, memory_id: str) -> float:
+        """How fully a memory holds a query term in any form it matches: 1, HALF or 0."""
+        table = held.get(term)
+        return index.level(term, memory_id) if table is None else table.get(memory_id, 0.0)
+
+    for word in wanted:
+        if word.parts:
+            for memory_id in chosen:
+                totals[memory_id] += _held(word, level, memory_id)
+            continue
+        table = held.get(word.term)
+        if table is None:
+            # Found by its own spelling alone: held in full, or at half (a part, inside a pair).
+            posting = index.postings.get(word.term, {})
+            partial = index.partial.get(word.term, set())
+            for memory_id in posting if len(posting) < len(totals) else chosen:
+                if memory_id in totals and memory_id in posting:
+                    totals[memory_id] += HALF if memory_id in partial else 1.0
+        elif len(table) < len(totals):
+            for memory_id, value in table.items():
+                if memory_id in totals:
+                    totals[memory_id] += value
+        else:
+            for memory_id in chosen:
+                totals[memory_id] += table.get(memory_id, 0.0)
+    return {memory_id: total / len(wanted) for memory_id, total in totals.items()}
+
+
+def _held(word: QueryWord, level: Callable[[str, str], float], memory_id: str) -> float:
+    """How fully a memory holds one hyphenated query word, 0 to 1; `level` says how fully it holds a term."""
+    whole = level(word.term, memory_id)
+    if whole == 1.0:
+        return whole
     # A hyphenated query word missing whole still counts half for each part held
     # (a quarter for a part held only at half). It is held in full only when every
     # part is, as words of their own ("pi hole"), so lexicalScore 1 keeps its meaning.
-    parts = [_level(index, matches[part], memory_id) for part in word.parts]
+    parts = [level(part, memory_id) for part in word.parts]
     cap = 1.0 if min(parts) == 1.0 else HALF
-    return max(level, min(cap, HALF * sum(parts)))
+    return max(whole, min(cap, HALF * sum(parts)))
 
 
 def search(
@@ -111,20 +198,22 @@ def search(
 
     A memory matches when it holds at least one of the query's content words, whole
     or in part, or a word beginning with one of three or more characters (stopwords
-    alone do not make a match). `keep` filters memories
-    (category, tags); `limit` caps the hits returned, while `total` counts every match.
+    alone do not make a match); only the words `plan` keeps count. `keep` filters
+    memories (category, tags); `limit` caps the hits returned, while `total` counts
+    every match.
     """
     if not has_letter_or_digit(query):
         return Outcome([], 0, NO_WORDS_NOTE)
-    words = query_words(query)
-    wanted = content_words(words)
-    wanted_terms = {word.term for word in wanted} | {part for word in wanted for part in word.parts}
-    # Each distinct term's weight in the query: whole words count fully, hyphen parts half.
-    weights = dict.fromkeys([part for word in words for part in word.parts], HALF)
-    weights.update(dict.fromkeys([word.term for word in words], 1.0))
     with index.lock:
+        planned = plan(index, query)
+        words = planned.words
+        matches = planned.matches
+        wanted = content_words(words)
+        wanted_terms = {word.term for word in wanted} | {part for word in wanted for part in word.parts}
+        # Each distinct term's weight in the query: whole words count fully, hyphen parts half.
+        weights = dict.fromkeys([part for word in words for part in word.parts], HALF)
+        weights.update(dict.fromkeys([word.term for word in words], 1.0))
         postings = index.postings
-        matches = {term: _expansions(index, term) for term in weights}
         matched: set[str] = set().union(
             *(postings[match] for term in wanted_terms for match in matches[term])
         )
@@ -133,12 +222,20 @@ def search(
         if not matched:
             return Outcome([], 0)
         scores = dict.fromkeys(matched, 0.0)
+        # For a content term that finds other terms than itself: how fully each memory
+        # holds it, worked out once, so lexicalScore costs one look-up per hit and term.
+        held: dict[str, dict[str, float]] = {}
         count = len(index)
         for term, weight in weights.items():
             found = matches[term]
             if not found:
                 continue
-            posting = postings[term] if found == [term] else _best_of(postings, term, found)
+            if found == [term]:
+                posting = postings[term]
+            else:
+                posting = _best_of(postings, term, found)
+                if term in wanted_terms:
+                    held[term] = _levels(index, found)
             # The memories holding the word in any form it matches.
             frequency = len(posting)
             # BM25's inverse document frequency; the rest of its formula is in the posting.
@@ -161,16 +258,25 @@ def search(
             # Only the best need lexicalScore; keep every tie of the last one for the tie-break.
             cutoff = scores[heapq.nlargest(limit, scores, key=scores.__getitem__)[-1]]
             chosen = [memory_id for memory_id, score in scores.items() if score >= cutoff]
+        shares = _lexical_scores(index, wanted, held, chosen)
         hits = [
-            Hit(
-                index.entries[memory_id].memory,
-                scores[memory_id],
-                sum(_held(index, word, matches, memory_id) for word in wanted) / len(wanted),
-            )
-            for memory_id in chosen
+            Hit(index.entries[memory_id].memory, scores[memory_id], shares[memory_id]) for memory_id in chosen
         ]
     hits.sort(key=lambda hit: (-hit.score, -hit.lexical_score, hit.memory.id))
     return Outcome(hits[:limit], total)
+
+
+def _levels(index: SearchIndex, found: list[str]) -> dict[str, float]:
+    """How fully each memory holds any of `found` (one query term's matches): 1 or HALF."""
+    levels: dict[str, float] = {}
+    for match in found:
+        partial = index.partial.get(match, set())
+        for memory_id in index.postings[match]:
+            if memory_id in partial:
+                levels.setdefault(memory_id, HALF)
+            else:
+                levels[memory_id] = 1.0
+    return levels
 
 
 def _best_of(postings: dict[str, dict[str, float]], term: str, found: list[str]) -> dict[str, float]:
