@@ -306,7 +306,12 @@ _WATCHED_POOLS: dict[str, type[HTTPConnectionPool]] = {"http": _WatchedPool, "ht
 
 
 class WatchedAdapter(HTTPAdapter):
-    """The requests transport of RemoteStorage: its connections report their sockets to the deadline."""
+    """The requests transport of RemoteStorage: its connections report their sockets to the deadline.
+
+    Directly and through an HTTP(S) proxy. Through a SOCKS proxy (requests[socks])
+    the sockets are the SOCKS library's: there the deadline bounds only the waits
+    between attempts, and each read has its read timeout.
+    """
 
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
         """Requests' pool manager, with connections that report their sockets."""
@@ -549,7 +554,8 @@ class RemoteStorage:
                 try:
                     with self._lock, _watching(watch):
                         reply, retry = self._attempt(method, path, params, data, headers, what, limit)
-                except requests.Timeout:
+                except (requests.Timeout, urllib3.exceptions.ReadTimeoutError):
+                    # ReadTimeoutError: a body that stopped coming for the read timeout.
                     self._check(watch, attempt)
                     failure = f"the sync server at {self.origin} did not answer within {self._timeout[1]:g} s"
                     wait = self._backoff(attempt)
