@@ -37,7 +37,7 @@ from squirrel_mcp.crypto import KdfParams, WrongPassphraseError
 from squirrel_mcp.files import atomic_write
 from squirrel_mcp.memories import MemoryStore, NoAccountError
 from squirrel_mcp.plugins import get_plugin_manager, load_plugins, register_commands
-from squirrel_mcp.storage import Storage, StorageError
+from squirrel_mcp.storage import NO_REMOTE_ACCOUNT, Storage, StorageError
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp.transfer import ImportFileError, export_json, field_locations, import_json
 
@@ -101,7 +101,10 @@ def _where(config: Config) -> str:
 
 
 def open_store(config: Config, *, create: bool) -> MemoryStore:
-    """Unlock the configured account (creating it first when `create` and it is missing)."""
+    """Unlock the configured account (creating a local vault's first when `create` and it is missing).
+
+    On a sync server only `init` creates the account: a missing one is NoAccountError.
+    """
     config.check()
     if not config.passphrase and create:
         raise UserError("SQUIRREL_PASSPHRASE is not set; run `squirrel-mcp init` to create a vault")
@@ -113,27 +116,20 @@ def open_store(config: Config, *, create: bool) -> MemoryStore:
             _check_kdf(config, account.kdf)
         passphrase = _passphrase(config, confirm=False)
         if account is None:
-            if not create:
-                if config.remote:
-                    raise NoAccountError(f"{_where(config)} holds no account yet: run `squirrel-mcp init`")
-                raise NoAccountError(f"the vault at {config.vault_path} holds no account")
-            try:
-                store = MemoryStore.create(storage, passphrase)
-            except StorageError:
-                # Another machine created the server's account meanwhile: use theirs.
-                if not config.remote or storage.load_account() is None:
-                    raise
-                return MemoryStore.unlock(storage, passphrase)
             if config.remote:
-                _err(f"created a new account on {_where(config)}")
-            else:
-                # An existing file without an account is one whose creation was cut short,
-                # or one emptied since: either way the user should hear of the new account.
-                _err(
-                    f"created a new vault at {config.vault_path}"
-                    if not existed
-                    else f"the vault at {config.vault_path} held no account; created a new one in it"
-                )
+                # Only `init` creates an account on a server: one that answers "no account"
+                # may have lost its database, and serving would then write into an empty memory.
+                raise NoAccountError(f"{_where(config)} {NO_REMOTE_ACCOUNT}")
+            if not create:
+                raise NoAccountError(f"the vault at {config.vault_path} holds no account")
+            store = MemoryStore.create(storage, passphrase)
+            # An existing file without an account is one whose creation was cut short,
+            # or one emptied since: either way the user should hear of the new account.
+            _err(
+                f"created a new vault at {config.vault_path}"
+                if not existed
+                else f"the vault at {config.vault_path} held no account; created a new one in it"
+            )
             return store
         return MemoryStore.unlock(storage, passphrase)
     except BaseException:

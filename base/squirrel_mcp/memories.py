@@ -56,13 +56,29 @@ class ConflictError(MemoryOperationError):
 
 @dataclass
 class _History:
-    """All readable revisions of one memory, by number, and which ones were not."""
+    """All readable revisions of one memory, by number, and which ones were not.
+
+    A memory is served at its newest readable revision. Revisions above it that
+    failed their integrity check (damaged, or a record a key holder or the server
+    appended) are reported, not served; the next write goes above them all, so
+    a damaged newest revision never leaves a memory stuck.
+    """
 
     revisions: dict[int, Revision] = field(default_factory=dict)
     unreadable: set[int] = field(default_factory=set)
 
     def latest_number(self) -> int:
+        """The highest revision number stored, readable or not: the next write is one above."""
         return max([*self.revisions, *self.unreadable], default=0)
+
+    def newest_readable(self) -> Revision | None:
+        """The revision the memory is served at; None when no revision can be read."""
+        return self.revisions[max(self.revisions)] if self.revisions else None
+
+    def unreadable_above(self) -> list[int]:
+        """Revision numbers above the newest readable one that failed their integrity check."""
+        top = max(self.revisions, default=0)
+        return sorted(number for number in self.unreadable if number > top)
 
 
 def new_memory_id() -> str:
@@ -139,7 +155,7 @@ class MemoryStore:
             changed = []
             for memory_id in {record.memory_id for record in records}:
                 history = self._histories[memory_id]
-                latest = history.revisions.get(history.latest_number())
+                latest = history.newest_readable()
                 if latest is None or latest.deleted:
                     self.index.remove(memory_id)
                 else:
@@ -172,16 +188,22 @@ class MemoryStore:
         history = self._histories.get(memory_id)
         if history is None:
             raise UnknownMemoryError(memory_id)
-        number = history.latest_number()
-        if number in history.unreadable:
+        latest = history.newest_readable()
+        if latest is None:
             raise UnreadableMemoryError(memory_id)
-        return history.revisions[number]
+        return latest
 
     def get(self, memory_id: str) -> Revision:
-        """The latest revision of a memory (a tombstone if it is deleted)."""
+        """The newest readable revision of a memory (a tombstone if it is deleted)."""
         with self._lock:
             self._refresh_for(memory_id)
             return self._latest(memory_id)
+
+    def unreadable_above(self, memory_id: str) -> list[int]:
+        """Revisions of the memory newer than the one `get` serves that failed their integrity check."""
+        with self._lock:
+            history = self._histories.get(memory_id)
+            return [] if history is None else history.unreadable_above()
 
     def history(self, memory_id: str) -> list[Revision]:
         """Every readable revision, oldest first."""
@@ -192,25 +214,31 @@ class MemoryStore:
             return [history.revisions[n] for n in sorted(history.revisions)]
 
     def current(self, *, include_deleted: bool = False) -> list[Revision]:
-        """The latest readable revision of every memory, newest change first."""
+        """The newest readable revision of every memory, newest change first."""
         with self._lock:
             self.refresh_if_stale()
             latest = []
             for history in self._histories.values():
-                number = history.latest_number()
-                revision = history.revisions.get(number)
+                revision = history.newest_readable()
                 if revision is not None and (include_deleted or not revision.deleted):
                     latest.append(revision)
         latest.sort(key=lambda r: (r.updatedAt, r.id), reverse=True)
         return latest
 
     def unreadable_ids(self) -> list[str]:
-        """Ids whose latest record cannot be read."""
+        """Ids of memories none of whose records can be read."""
+        with self._lock:
+            return sorted(
+                memory_id for memory_id, history in self._histories.items() if not history.revisions
+            )
+
+    def older_revision_ids(self) -> list[str]:
+        """Ids of memories served at an older revision: their newest one cannot be read."""
         with self._lock:
             return sorted(
                 memory_id
                 for memory_id, history in self._histories.items()
-                if history.latest_number() in history.unreadable
+                if history.revisions and history.unreadable_above()
             )
 
     def all_revisions(self) -> Iterable[list[Revision]]:
@@ -277,15 +305,19 @@ class MemoryStore:
         refusal: str,
         **fields: object,
     ) -> Revision:
-        """Write the revision after the latest one, with `fields` changed.
+        """Write the next revision, with `fields` changed from the newest readable one.
 
-        The latest revision must be a tombstone if `was_deleted`, live otherwise
-        (else MemoryOperationError with `refusal`). It is judged after a pull, so a
-        delete made on another machine a second ago counts.
+        That revision must be a tombstone if `was_deleted`, live otherwise (else
+        MemoryOperationError with `refusal`). It is judged after a pull, so a
+        delete made on another machine a second ago counts. The new revision's
+        number is one above the highest stored, readable or not: storage takes
+        only the next number, and an unreadable newest revision must not block
+        every later change.
         """
         with self._lock:
             self.refresh()
             latest = self._latest(memory_id)
+            number = self._histories[memory_id].latest_number() + 1
             if latest.deleted != was_deleted:
                 raise MemoryOperationError(f"memory {memory_id} {refusal}")
             if expected_revision is not None and latest.revision != expected_revision:
@@ -294,7 +326,7 @@ class MemoryStore:
                     "it changed since you read it; read it again with get_memory, then retry"
                 )
             values = latest.model_dump() | fields
-            values.update(revision=latest.revision + 1, updatedAt=now_iso(), change=change)
+            values.update(revision=number, updatedAt=now_iso(), change=change)
             revision = Revision.model_validate(values)
             try:
                 self._append([revision])

@@ -142,6 +142,9 @@ class GetResult(_DropNone):
     memory: Memory
     deleted: bool = Field(description="True when the memory is deleted (restore_memory undoes it).")
     history: list[RevisionView] | None = Field(default=None, description="Every revision, oldest first.")
+    note: str | None = Field(
+        default=None, description="Present when newer revisions failed their integrity check."
+    )
 
 
 class ContextResult(BaseModel):
@@ -153,7 +156,10 @@ class ContextResult(BaseModel):
     counts: dict[str, int] = Field(description="Memories per category.")
     total: int
     unreadable: list[str] = Field(
-        description="Ids of memories whose stored record failed its integrity check."
+        description="Ids of memories whose stored records all failed their integrity check."
+    )
+    olderRevision: list[str] = Field(
+        description="Ids of memories shown at an older revision: their newest failed its integrity check."
     )
 
 
@@ -354,6 +360,7 @@ def create_server(store: MemoryStore, plugins: PluginHost | None = None) -> MCPS
             counts={category: counts[category] for category in HALF_LIFE_DAYS},
             total=len(memories),
             unreadable=store.unreadable_ids(),
+            olderRevision=store.older_revision_ids(),
         )
 
     @server.tool()
@@ -473,10 +480,18 @@ def create_server(store: MemoryStore, plugins: PluginHost | None = None) -> MCPS
     ) -> GetResult:
         """Read one memory by id, optionally with its full history of corrections."""
         latest = guarded(store.get, id)
+        skipped = store.unreadable_above(id)
         return GetResult(
             memory=latest.memory(),
             deleted=latest.deleted,
             history=[_revision_view(r) for r in guarded(store.history, id)] if history else None,
+            note=(
+                f"Revision {', '.join(map(str, skipped))} of this memory failed its integrity check "
+                f"(damaged or tampered with), so this is revision {latest.revision}, the newest readable "
+                f"one. A correction or delete writes revision {skipped[-1] + 1} on top of it."
+                if skipped
+                else None
+            ),
         )
 
     @server.tool()

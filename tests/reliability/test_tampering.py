@@ -4,8 +4,9 @@ Each case is applied to the files on disk while no server runs, then the real
 server (or CLI) is started on them:
 
 - a record changed in any part (version byte, nonce, ciphertext, tag), moved to
-  another memory, replayed as a later revision, or cut short: that memory is
-  reported unreadable by id, every other memory is still served;
+  another memory, or cut short: that memory is reported unreadable by id, every
+  other memory is still served; an older revision replayed as the newest: the
+  memory is served at that older revision, with a note saying the newest failed;
 - a wrong passphrase: one clear line, exit status 1, the vault byte-identical;
 - a vault truncated or with a page overwritten: one clear line (or, for an empty
   file, a new account said so), never a traceback;
@@ -94,6 +95,8 @@ async def test_a_damaged_record_is_reported_by_id_and_the_rest_served(
     rng = random.Random(8)
     healthy: dict[str, str] = {}
     damaged: set[str] = set()
+    # Memories whose newest revision is damaged but an older one readable: served at that one.
+    fell_back: dict[str, str] = {}
     checks = 0
     for round_number in range(ROUNDS):
         async with Client(server_params(cheap_vault_env)) as client:
@@ -103,13 +106,17 @@ async def test_a_damaged_record_is_reported_by_id_and_the_rest_served(
                 saved[(await call(client, "save_memory", text=text))["memory"]["id"]] = text
             ids = list(saved)
             # The replayed mode needs a second revision; so does one healthy memory.
+            first_text = saved[ids[MODES.index("replayed")]]
             for memory_id in (ids[MODES.index("replayed")], ids[-1]):
                 saved[memory_id] += " (corrected)"
                 await call(client, "update_memory", id=memory_id, text=saved[memory_id])
         victims = dict(zip(MODES, ids, strict=False))
         for mode, victim in victims.items():
             damage(vault, mode, victim, donor=ids[-2], rng=rng)
-            damaged.add(victim)
+            if mode == "replayed":
+                fell_back[victim] = first_text
+            else:
+                damaged.add(victim)
         healthy.update({memory_id: saved[memory_id] for memory_id in ids[len(MODES) :]})
 
         async with Client(server_params(cheap_vault_env)) as client:
@@ -119,29 +126,38 @@ async def test_a_damaged_record_is_reported_by_id_and_the_rest_served(
                     error = await call_error(client, tool, id=memory_id, **extra)
                     assert memory_id in error and "unreadable" in error, error
                     checks += 1
+            for memory_id, text in fell_back.items():
+                got = await call(client, "get_memory", id=memory_id)
+                assert got["memory"]["text"] == text and got["memory"]["revision"] == 1
+                assert "Revision 2 of this memory failed its integrity check" in got["note"]
+                checks += 1
             for memory_id, text in healthy.items():
                 assert (await call(client, "get_memory", id=memory_id))["memory"]["text"] == text
                 checks += 1
+            served = set(healthy) | set(fell_back)
             context = await call(client, "get_context")
             assert context["unreadable"] == sorted(damaged)
-            assert context["total"] == len(healthy)
+            assert context["olderRevision"] == sorted(fell_back)
+            assert context["total"] == len(served)
             listed = await call(client, "list_memories", limit=100)
-            assert {m["id"] for m in listed["memories"]} == set(healthy)
+            assert {m["id"] for m in listed["memories"]} == served
             found = await call(client, "search_memory", query="quokka greenhouse", limit=50)
-            assert {hit["id"] for hit in found["results"]} == set(healthy)
+            assert {hit["id"] for hit in found["results"]} == served
             checks += 3
     no_traceback_in_server_stderr()
     record(
         "tampering-records",
         runs=ROUNDS,
-        faults_injected=len(damaged),
+        faults_injected=len(damaged) + len(fell_back),
         inputs_tried=checks,
         data_lost=0,
         seconds=time.monotonic() - started,
         notes=(
-            f"{len(damaged)} records damaged on disk ({len(MODES)} ways: {', '.join(MODES)}) over {ROUNDS} "
-            f"restarts: every one reported unreadable by id (get/update/delete), all {len(healthy)} "
-            "others served by get, list and search; no traceback"
+            f"{len(damaged) + len(fell_back)} records damaged on disk ({len(MODES)} ways: "
+            f"{', '.join(MODES)}) over {ROUNDS} restarts: the {len(damaged)} memories with no readable "
+            f"revision reported unreadable by id (get/update/delete), the {len(fell_back)} replayed "
+            f"ones served at their older revision with a note, all {len(healthy)} others served by "
+            "get, list and search; no traceback"
         ),
     )
 

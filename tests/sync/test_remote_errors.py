@@ -166,7 +166,10 @@ def test_403_is_a_clear_error_at_once(stub: Stub) -> None:
 def test_404_tells_no_account_from_a_wrong_address(stub: Stub) -> None:
     stub.script = [Reply(404, error("no_account"))]
     assert stub.storage().load_account() is None
-    with pytest.raises(StorageError, match="holds no account for this API key yet: run `squirrel-mcp init`"):
+    with pytest.raises(
+        StorageError,
+        match="holds no account for this API key: if this is a new account, run `squirrel-mcp init`;",
+    ):
         stub.storage().changes_since(0)
     stub.script = [Reply(404, error("not_found"))]
     for operation in (stub.storage().load_account, lambda: stub.storage().changes_since(0)):

@@ -16,12 +16,11 @@ from typing import Any
 
 import pytest
 import requests
-from requests.adapters import HTTPAdapter
 
 from squirrel_mcp import crypto
 from squirrel_mcp.memories import ConflictError, MemoryStore
 from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, StorageError, remote
-from squirrel_mcp.storage.remote import RemoteStorage
+from squirrel_mcp.storage.remote import RemoteStorage, WatchedAdapter
 from tests.sync.conftest import SyncServer, start_sync_server
 
 PASSPHRASE = "correct horse battery staple"
@@ -29,7 +28,7 @@ PASSPHRASE = "correct horse battery staple"
 CHEAP_KDF = crypto.KdfParams(salt=b"0123456789abcdef", n=2**14, r=8, p=1)
 
 
-class RecordingAdapter(HTTPAdapter):
+class RecordingAdapter(WatchedAdapter):
     """A requests transport that keeps every request it sends (method, URL, headers, body)."""
 
     def __init__(self) -> None:
@@ -78,7 +77,7 @@ def record(memory_id: str, revision: int, body: bytes = b"") -> SealedRecord:
 
 def test_an_empty_slot_has_no_account_until_one_is_created(storage: RemoteStorage) -> None:
     assert storage.load_account() is None
-    with pytest.raises(StorageError, match="holds no account for this API key yet"):
+    with pytest.raises(StorageError, match="holds no account for this API key"):
         storage.changes_since(0)
     created = account()
     storage.create_account(created)

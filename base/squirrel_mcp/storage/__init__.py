@@ -37,6 +37,14 @@ class SealedRecord:
     ciphertext: bytes
 
 
+# What a sync server without this API key's account means, for the messages saying so
+# (after "the sync server at URL"). Only `init` creates an account there.
+NO_REMOTE_ACCOUNT = (
+    "holds no account for this API key: if this is a new account, run `squirrel-mcp init`; "
+    "if it held your memories, the server has lost them"
+)
+
+
 class StorageError(Exception):
     """The backend cannot be used (missing, unreadable, not a vault)."""
 
