@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -175,6 +175,9 @@ def create_app(database: Database, limits: Limits | None = None) -> Starlette:
             raise _BodyError(
                 408, "request_timeout", f"the body did not arrive within {limits.body_timeout:g} s"
             ) from None
+        except ClientDisconnect:
+            # Nobody is left to answer; this only ends the request without a traceback.
+            raise _BodyError(400, "invalid_request", "the client left before its body ended") from None
         # Decoding and checking up to 32 MiB takes a good part of a second: off the
         # event loop, so that other requests are served meanwhile.
         return await run_in_threadpool(_decode, bytes(body), parse)
@@ -234,7 +237,8 @@ def create_app(database: Database, limits: Limits | None = None) -> Starlette:
                     health_ok = True
                 except DatabaseUnavailable:
                     health_ok = False
-                health_checked = time.monotonic()
+                finally:
+                    health_checked = time.monotonic()
         if not health_ok:
             raise DatabaseUnavailable("the database did not answer the last health check")
         return JSONResponse({"status": "ok"})

@@ -103,8 +103,15 @@ class _GuardedH11Protocol(H11Protocol):
         """Admit the connection, making room if the cap is full, and start its header deadline."""
         super().connection_made(transport)
         self._await_head()
-        if len(self.connections) > self.max_connections:
-            self._make_room()
+        # Connections dropped in this turn of the event loop are still listed
+        # until their connection_lost runs: count only those still open.
+        others = [
+            c
+            for c in self.connections
+            if c is not self and isinstance(c, _GuardedH11Protocol) and not c.transport.is_closing()
+        ]
+        if len(others) >= self.max_connections:
+            self._make_room(others)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Forget the connection's deadline."""
@@ -142,12 +149,8 @@ class _GuardedH11Protocol(H11Protocol):
             # socket now rather than after a flush of nothing.
             self.transport.abort()
 
-    def _make_room(self) -> None:
-        waiting = [
-            c
-            for c in self.connections
-            if c is not self and isinstance(c, _GuardedH11Protocol) and c._waiting_since is not None
-        ]
+    def _make_room(self, others: list[_GuardedH11Protocol]) -> None:
+        waiting = [c for c in others if c._waiting_since is not None]
         cls = type(self)
         now = time.monotonic()
         if now - cls._last_warning >= _WARNING_INTERVAL_S:

@@ -297,9 +297,13 @@ class Database:
 
     def ping(self) -> None:
         """Raise DatabaseUnavailable unless the database answers (a read of its schema version)."""
-        with self._transaction(write=False) as cursor:
-            # A table, not "SELECT 1": SQLite answers that without touching the file.
-            cursor.execute("SELECT value FROM sync_meta WHERE key = 'schema'").fetchone()
+        try:
+            with self._transaction(write=False) as cursor:
+                # A table, not "SELECT 1": SQLite answers that without touching the file.
+                cursor.execute("SELECT value FROM sync_meta WHERE key = 'schema'").fetchone()
+        except self._errors.any as error:
+            # Whatever the database says, for a health check it is one answer: not well.
+            raise DatabaseUnavailable(f"the {self._dialect.name} database failed its check") from error
 
     def add_slot(self, key_hash: bytes) -> int:
         """A new empty slot opened by the key with this hash; its id."""
@@ -446,11 +450,12 @@ class _Cursor:
 
 @dataclass(frozen=True)
 class _Errors:
+    any: tuple[type[Exception], ...]
     operational: tuple[type[Exception], ...]
 
 
 def _sqlite_errors() -> _Errors:
-    return _Errors((sqlite3.OperationalError,))
+    return _Errors((sqlite3.Error,), (sqlite3.OperationalError,))
 
 
 def _postgres_errors() -> _Errors:
@@ -460,7 +465,7 @@ def _postgres_errors() -> _Errors:
         raise DatabaseError(
             "PostgreSQL needs the postgres extra: pip install 'squirrel-mcp[postgres]'"
         ) from error
-    return _Errors((psycopg.OperationalError, psycopg.InterfaceError))
+    return _Errors((psycopg.Error,), (psycopg.OperationalError, psycopg.InterfaceError))
 
 
 def _close_quietly(connection: Any) -> None:
