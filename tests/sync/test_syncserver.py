@@ -12,6 +12,7 @@ import os
 import secrets
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -493,10 +494,16 @@ def test_a_database_gone_is_503_unavailable_not_a_crash(postgres_server: tuple[S
     assert server.post("/v1/account", new_account()).status_code == 201
     admin(f"DROP DATABASE {name} WITH (FORCE)")
     for answer in (
-        requests.get(server.url + "/v1/health", timeout=30),
         server.get("/v1/account"),
         server.post("/v1/records", {"records": [record(memory_id(), 1)]}),
     ):
         assert answer.status_code == 503
         assert error_code(answer) == "unavailable"
+    # Health asks the database at most every few seconds: it notices on its next check.
+    deadline = time.monotonic() + 120
+    while (health := requests.get(server.url + "/v1/health", timeout=30)).status_code == 200:
+        assert time.monotonic() < deadline, "health never noticed the database was gone"
+        time.sleep(0.5)
+    assert health.status_code == 503
+    assert error_code(health) == "unavailable"
     assert name not in server.log.read_text(), "the database's name is not logged"
