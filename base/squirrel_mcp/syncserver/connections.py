@@ -55,9 +55,10 @@ class Listener(socket.socket):
     def accept(self) -> tuple[socket.socket, object]:
         """The next connection, unless its descriptor is at or past `fd_ceiling`.
 
-        A refused one is closed at once and the event loop told the queue is
-        empty (ConnectionAbortedError); it asks again when the next connection
-        arrives, so the queue drains one refusal at a time, never busily.
+        A refused one is closed at once and the event loop told to stop
+        accepting for this turn (ConnectionAbortedError); the listening socket
+        stays readable while connections wait, so each later turn takes one
+        more, and every waiting connection is either served or refused.
         """
         connection, address = super().accept()
         if connection.fileno() >= self.fd_ceiling:
