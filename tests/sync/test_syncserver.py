@@ -12,6 +12,7 @@ import os
 import secrets
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 
+from squirrel_mcp.syncserver.validation import MAX_BODY_BYTES
 from tests.sync.conftest import SyncServer, fresh_postgres_database, start_sync_server
 
 Json = dict[str, Any]
@@ -240,12 +242,14 @@ def test_concurrent_writers_of_the_same_next_revision_one_wins_and_seq_has_no_ga
         with lock:
             outcomes[revision].append(status)
 
-    # Four writers per revision, all at once.
-    threads = [threading.Thread(target=write, args=(rev,)) for rev in outcomes for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    # Four writers of each next revision at once, one revision after another (the
+    # server takes only the next revision, so a later one waits for its round).
+    for revision in outcomes:
+        threads = [threading.Thread(target=write, args=(revision,)) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
     for statuses in outcomes.values():
         assert sorted(statuses) == [201, 409, 409, 409]
     changes = all_changes(sync_server)
@@ -276,16 +280,16 @@ def test_changes_are_paged_by_count_and_the_cursor_misses_nothing(
 def test_a_page_stops_near_4_mib_of_ciphertext_but_always_moves_forward(
     sync_server: SyncServer, account: Json
 ) -> None:
-    big = 262_144  # the largest record the contract allows
+    big = 49_152  # the largest record the contract allows
     for _ in range(4):
-        batch = [record(memory_id(), 1, size=big) for _ in range(5)]
+        batch = [record(memory_id(), 1, size=big) for _ in range(25)]
         assert sync_server.post("/v1/records", {"records": batch}).status_code == 201
     first = sync_server.get("/v1/records").json()
-    # 20 records of 256 KiB are 5 MiB: the first page holds 16 (exactly 4 MiB).
-    assert len(first["records"]) == 16
+    # 100 records of 48 KiB are 4.7 MiB: the first page holds 85 (85 * 48 KiB <= 4 MiB < 86 * 48 KiB).
+    assert len(first["records"]) == 85
     assert first["more"] is True
     rest = sync_server.get(f"/v1/records?after={first['cursor']}").json()
-    assert [r["seq"] for r in rest["records"]] == [17, 18, 19, 20]
+    assert [r["seq"] for r in rest["records"]] == list(range(86, 101))
     assert rest["more"] is False
 
 
@@ -370,7 +374,7 @@ def test_bad_paging_parameters_are_400(sync_server: SyncServer, account: Json) -
         assert error_code(answer) == "invalid_request"
 
 
-def test_bodies_must_be_json_and_at_most_16_mib(sync_server: SyncServer, account: Json) -> None:
+def test_bodies_must_be_json_and_at_most_32_mib(sync_server: SyncServer, account: Json) -> None:
     url = sync_server.url + "/v1/records"
     headers = sync_server.headers()
     as_text = requests.post(url, data=b'{"records": []}', headers={**headers, "Content-Type": "text/plain"})
@@ -382,13 +386,13 @@ def test_bodies_must_be_json_and_at_most_16_mib(sync_server: SyncServer, account
         answer = requests.post(url, data=broken, headers=json_headers, timeout=30)
         assert answer.status_code == 400
         assert error_code(answer) == "invalid_request"
-    huge = requests.post(url, data=b" " * (16 * 1024 * 1024 + 1), headers=json_headers, timeout=60)
+    huge = requests.post(url, data=b" " * (MAX_BODY_BYTES + 1), headers=json_headers, timeout=60)
     assert huge.status_code == 413
     assert error_code(huge) == "payload_too_large"
 
     def chunks() -> Any:  # no Content-Length: the server must count as it reads
-        for _ in range(17):
-            yield b" " * (1024 * 1024)
+        for _ in range(MAX_BODY_BYTES // 2**20 + 1):
+            yield b" " * 2**20
 
     streamed = requests.post(url, data=chunks(), headers=json_headers, timeout=60)
     assert streamed.status_code == 413
@@ -423,6 +427,8 @@ def test_a_key_over_its_budget_gets_429_with_retry_after(database_url: str, tmp_
 
 
 def test_an_address_sending_bad_keys_is_slowed_down(sync_server: SyncServer) -> None:
+    # The good key works once before, so the server knows it.
+    assert sync_server.get("/v1/account").status_code == 404
     # 20 bad keys at once, then one a second: 60 in a row cannot all be 401.
     statuses = [
         requests.get(
@@ -433,7 +439,7 @@ def test_an_address_sending_bad_keys_is_slowed_down(sync_server: SyncServer) -> 
     assert statuses[0] == 401
     assert 429 in statuses
     assert set(statuses) == {401, 429}
-    # A good key is not affected by its address's bad ones.
+    # A key seen to work is not affected by its address's bad ones.
     assert sync_server.get("/v1/account").status_code == 404
 
 
@@ -488,10 +494,16 @@ def test_a_database_gone_is_503_unavailable_not_a_crash(postgres_server: tuple[S
     assert server.post("/v1/account", new_account()).status_code == 201
     admin(f"DROP DATABASE {name} WITH (FORCE)")
     for answer in (
-        requests.get(server.url + "/v1/health", timeout=30),
         server.get("/v1/account"),
         server.post("/v1/records", {"records": [record(memory_id(), 1)]}),
     ):
         assert answer.status_code == 503
         assert error_code(answer) == "unavailable"
+    # Health asks the database at most every few seconds: it notices on its next check.
+    deadline = time.monotonic() + 120
+    while (health := requests.get(server.url + "/v1/health", timeout=30)).status_code == 200:
+        assert time.monotonic() < deadline, "health never noticed the database was gone"
+        time.sleep(0.5)
+    assert health.status_code == 503
+    assert error_code(health) == "unavailable"
     assert name not in server.log.read_text(), "the database's name is not logged"

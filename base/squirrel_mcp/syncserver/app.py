@@ -2,27 +2,32 @@
 
 Every route but /v1/health and /v1/openapi.yaml needs an API key; the key opens
 one slot, and every query names that slot, so a key can only ever reach its own
-account. The order of checks is fixed: the key (401, or 429 for an address
-sending bad keys too fast), the key's request budget (429), the body's media
-type and size (415, 413), then its contents (400). Every error, including
+account. The order of checks is fixed: the key (429 when its sender's address is
+out of budget for keys the server has not seen work, then 401), the key's
+request budget (429), the body's media type and size (415, 413), its arrival
+within the body deadline (408), then its contents (400). Every error, including
 Starlette's own 404 and 405, has the contract's one JSON shape.
 
-Database calls block, so they run in Starlette's thread pool; the rate limiters
-are only touched on the event loop, so they need no lock.
+Database calls block, and so do decoding and checking a body of up to 32 MiB,
+so both run in Starlette's thread pool; the rate limiters and the cache of known
+keys are only touched on the event loop, so they need no lock.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -37,20 +42,35 @@ from squirrel_mcp.syncserver.database import (
 )
 from squirrel_mcp.syncserver.ratelimit import RateLimiter
 
-MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_BODY_BYTES = validation.MAX_BODY_BYTES
 # About this much ciphertext per page of changes (at least one record).
 PAGE_BYTES = 4 * 1024 * 1024
 JSON_MEDIA_TYPE = "application/json"
+# /v1/health asks the database at most this often; calls in between get the last
+# answer, so a flood of health checks costs the database nothing.
+HEALTH_CHECK_INTERVAL_S = 5.0
+# Keys seen to open a slot, remembered so that they skip the database and the
+# address budget. Keys are never revoked, so a remembered one cannot go stale.
+MAX_KNOWN_KEYS = 10_000
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Request budgets: per key, and per client address for requests with a bad key."""
+    """Request budgets and the body deadline.
+
+    `rate` and `burst` are each key's budget; `bad_key_rate` and
+    `bad_key_burst` each client address's budget for keys the server has not
+    seen open a slot, spent before the database is asked about one.
+    `body_timeout` is the seconds a request body may take to arrive in full.
+    """
 
     rate: float = 10.0
     burst: int = 60
     bad_key_rate: float = 1.0
     bad_key_burst: int = 20
+    body_timeout: float = 60.0
 
 
 def contract() -> bytes:
@@ -102,26 +122,40 @@ def create_app(database: Database, limits: Limits | None = None) -> Starlette:
     per_key = RateLimiter(limits.rate, limits.burst)
     per_address = RateLimiter(limits.bad_key_rate, limits.bad_key_burst)
     document = contract()
+    known_keys: dict[bytes, int] = {}
+    health_lock = asyncio.Lock()
+    health_checked = float("-inf")
+    health_ok = False
 
     async def authenticate(request: Request) -> int:
         """The slot of the request's key; budgets checked."""
         key = keys.key_from_header(request.headers.get("authorization"))
-        slot = None if key is None else await run_in_threadpool(database.slot_for_key, keys.key_hash(key))
+        digest = None if key is None else keys.key_hash(key)
+        slot = None if digest is None else known_keys.get(digest)
         if slot is None:
-            # Bad keys spend the sender's address budget, which slows down guessing
-            # (hopeless anyway at 256 bits) and keeps a broken client from hammering.
+            # A key not yet seen to work spends its sender's address budget before
+            # the database is asked: a stream of bad keys reaches the database at
+            # most at that budget's rate, and guessing (hopeless anyway at 256
+            # bits) or a broken client is slowed down.
             address = request.client.host if request.client else None
             wait = per_address.take(address)
             if wait is not None:
                 raise _RateLimited(wait)
-            raise _Unauthorized
+            if digest is not None:
+                slot = await run_in_threadpool(database.slot_for_key, digest)
+            if slot is None or digest is None:
+                raise _Unauthorized
+            if len(known_keys) >= MAX_KNOWN_KEYS:
+                # Dicts keep insertion order: forget the longest known; it costs one lookup.
+                del known_keys[next(iter(known_keys))]
+            known_keys[digest] = slot
         wait = per_key.take(slot)
         if wait is not None:
             raise _RateLimited(wait)
         return slot
 
-    async def json_body(request: Request) -> Any:
-        """The request's JSON body, refused early if it is not JSON or too large."""
+    async def json_body(request: Request, parse: Callable[[Any], _T]) -> _T:
+        """The request's JSON body as `parse` makes it; refused early if not JSON, too large or too slow."""
         media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if media_type != JSON_MEDIA_TYPE:
             raise _BodyError(415, "unsupported_media_type", "the body must be application/json")
@@ -129,21 +163,29 @@ def create_app(database: Database, limits: Limits | None = None) -> Starlette:
         if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
             raise _BodyError(413, "payload_too_large", f"the body is over {MAX_BODY_BYTES} bytes")
         body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_BODY_BYTES:
-                raise _BodyError(413, "payload_too_large", f"the body is over {MAX_BODY_BYTES} bytes")
         try:
-            # Decoded here: json.loads would also guess UTF-16 or UTF-32 from bytes,
-            # and JSON on the wire is UTF-8 (RFC 8259).
-            return json.loads(body.decode("utf-8"), parse_constant=_refuse_constant)
-        except (ValueError, RecursionError):
-            raise validation.InvalidRequest("the body is not valid JSON (UTF-8)") from None
+            # One deadline for the whole body, not per read: a body trickled a byte
+            # at a time would otherwise hold its connection for as long as it likes.
+            async with asyncio.timeout(limits.body_timeout):
+                async for chunk in request.stream():
+                    body += chunk
+                    if len(body) > MAX_BODY_BYTES:
+                        raise _BodyError(413, "payload_too_large", f"the body is over {MAX_BODY_BYTES} bytes")
+        except TimeoutError:
+            raise _BodyError(
+                408, "request_timeout", f"the body did not arrive within {limits.body_timeout:g} s"
+            ) from None
+        except ClientDisconnect:
+            # Nobody is left to answer; this only ends the request without a traceback.
+            raise _BodyError(400, "invalid_request", "the client left before its body ended") from None
+        # Decoding and checking up to 32 MiB takes a good part of a second: off the
+        # event loop, so that other requests are served meanwhile.
+        return await run_in_threadpool(_decode, bytes(body), parse)
 
     async def account(request: Request) -> Response:
         slot = await authenticate(request)
         if request.method == "POST":
-            new = validation.new_account(await json_body(request))
+            new = await json_body(request, validation.new_account)
             created = await run_in_threadpool(database.create_account, slot, new)
             return JSONResponse(_account_json(created), 201)
         return JSONResponse(_account_json(await run_in_threadpool(database.get_account, slot)))
@@ -151,7 +193,7 @@ def create_app(database: Database, limits: Limits | None = None) -> Starlette:
     async def records(request: Request) -> Response:
         slot = await authenticate(request)
         if request.method == "POST":
-            new = validation.append_request(await json_body(request))
+            new = await json_body(request, validation.append_request)
             stored = await run_in_threadpool(database.append, slot, new)
             return JSONResponse(
                 {
@@ -187,7 +229,18 @@ def create_app(database: Database, limits: Limits | None = None) -> Starlette:
         )
 
     async def health(request: Request) -> Response:
-        await run_in_threadpool(database.ping)
+        nonlocal health_checked, health_ok
+        async with health_lock:
+            if time.monotonic() - health_checked >= HEALTH_CHECK_INTERVAL_S:
+                try:
+                    await run_in_threadpool(database.ping)
+                    health_ok = True
+                except DatabaseUnavailable:
+                    health_ok = False
+                finally:
+                    health_checked = time.monotonic()
+        if not health_ok:
+            raise DatabaseUnavailable("the database did not answer the last health check")
         return JSONResponse({"status": "ok"})
 
     async def openapi(request: Request) -> Response:
@@ -215,6 +268,17 @@ def create_app(database: Database, limits: Limits | None = None) -> Starlette:
     )
 
 
+def _decode(body: bytes, parse: Callable[[Any], _T]) -> _T:
+    """`parse` of the JSON in `body`; InvalidRequest if it is not JSON in UTF-8."""
+    try:
+        # Decoded here: json.loads would also guess UTF-16 or UTF-32 from bytes,
+        # and JSON on the wire is UTF-8 (RFC 8259).
+        document = json.loads(body.decode("utf-8"), parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
+        raise validation.InvalidRequest("the body is not valid JSON (UTF-8)") from None
+    return parse(document)
+
+
 def _refuse_constant(name: str) -> Any:
     # NaN and Infinity are not JSON, though Python's decoder accepts them.
     raise ValueError(f"{name} is not JSON")
@@ -234,7 +298,10 @@ async def _rate_limited(request: Request, exc: Exception) -> Response:
 
 async def _body_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, _BodyError)
-    return error(exc.status, exc.code, exc.message)
+    # A body too large or too slow is left unread: the connection cannot carry
+    # another request after it, and closing it frees it at once.
+    headers = {"Connection": "close"} if exc.status in (408, 413) else None
+    return error(exc.status, exc.code, exc.message, headers)
 
 
 async def _invalid(request: Request, exc: Exception) -> Response:

@@ -1,6 +1,7 @@
 """`squirrel-mcp-sync`: run the reference sync server, or issue an API key for it.
 
     squirrel-mcp-sync serve --database URL [--host 127.0.0.1] [--port 8765]
+                            [--max-connections 1000] [--header-timeout 10] [--body-timeout 60]
     squirrel-mcp-sync issue-key --database URL
 
 The database URL may come from SQUIRREL_SYNC_DATABASE instead of --database
@@ -19,10 +20,13 @@ import sys
 from squirrel_mcp import __version__
 from squirrel_mcp.syncserver import keys
 from squirrel_mcp.syncserver.app import Limits, create_app
+from squirrel_mcp.syncserver.connections import Listener, connection_budget, guarded_protocol
 from squirrel_mcp.syncserver.database import Database, DatabaseError, DatabaseUnavailable
 
 DEFAULT_PORT = 8765
 DATABASE_ENV = "SQUIRREL_SYNC_DATABASE"
+DEFAULT_MAX_CONNECTIONS = 1000
+DEFAULT_HEADER_TIMEOUT_S = 10.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,6 +51,24 @@ def _parser() -> argparse.ArgumentParser:
         help="requests per second per key (default %(default)s)",
     )
     serve.add_argument("--burst", type=int, default=Limits.burst, help="requests a key may send at once")
+    serve.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help="connections open at once (default %(default)s; lowered to fit the open-file limit)",
+    )
+    serve.add_argument(
+        "--header-timeout",
+        type=float,
+        default=DEFAULT_HEADER_TIMEOUT_S,
+        help="seconds a client has to send a request's headers (default %(default)s)",
+    )
+    serve.add_argument(
+        "--body-timeout",
+        type=float,
+        default=Limits.body_timeout,
+        help="seconds a client has to send a request's whole body (default %(default)s)",
+    )
     serve.add_argument("--no-access-log", action="store_true", help="do not log one line per request")
 
     issue = commands.add_parser("issue-key", help="make a new API key (and its empty account slot)")
@@ -92,13 +114,27 @@ def _serve(database: Database, args: argparse.Namespace) -> int:
     if args.rate_limit <= 0 or args.burst < 1:
         print("squirrel-mcp-sync: --rate-limit must be positive and --burst at least 1", file=sys.stderr)
         return 2
-    app = create_app(database, Limits(rate=args.rate_limit, burst=args.burst))
+    if args.max_connections < 1 or not args.header_timeout > 0 or not args.body_timeout > 0:
+        print(
+            "squirrel-mcp-sync: --max-connections must be at least 1, and the timeouts positive",
+            file=sys.stderr,
+        )
+        return 2
+    app = create_app(database, Limits(rate=args.rate_limit, burst=args.burst, body_timeout=args.body_timeout))
+    max_connections, fd_ceiling, file_limit = connection_budget(args.max_connections)
+    if max_connections < args.max_connections:
+        print(
+            f"squirrel-mcp-sync: at most {max_connections} connections at once, "
+            f"to stay within the limit of {file_limit} open files (ulimit -n)",
+            file=sys.stderr,
+        )
     # The socket is bound here, not by uvicorn, so that --port 0 can say which port it got.
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     # IPPROTO_TCP spelled out: asyncio turns Nagle off (TCP_NODELAY) only on sockets
     # whose proto says TCP, and without it every keep-alive answer waits ~40 ms for
     # the client's delayed ACK.
-    listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    listener = Listener(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    listener.fd_ceiling = fd_ceiling
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         listener.bind((args.host, args.port))
@@ -120,7 +156,12 @@ def _serve(database: Database, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     config = uvicorn.Config(
-        app, log_level="info", access_log=not args.no_access_log, server_header=False, proxy_headers=False
+        app,
+        http=guarded_protocol(max_connections, args.header_timeout),
+        log_level="info",
+        access_log=not args.no_access_log,
+        server_header=False,
+        proxy_headers=False,
     )
     uvicorn.Server(config).run(sockets=[listener])
     return 0

@@ -57,10 +57,14 @@ class AccountExists(Exception):
 
 
 class Conflict(Exception):
-    """A (memory id, revision) of an append is taken; nothing was stored."""
+    """A record of an append is not its memory's next revision; nothing was stored."""
 
-    def __init__(self, memory_id: str, revision: int) -> None:
-        super().__init__(f"memory {memory_id} already has a revision {revision}")
+    def __init__(self, memory_id: str, revision: int, expected: int) -> None:
+        if revision < expected:
+            reason = f"memory {memory_id} already has a revision {revision}"
+        else:
+            reason = f"memory {memory_id} cannot skip to revision {revision}"
+        super().__init__(f"{reason}; its next revision is {expected}")
         self.memory_id = memory_id
         self.revision = revision
 
@@ -292,9 +296,14 @@ class Database:
     # Operations -----------------------------------------------------------
 
     def ping(self) -> None:
-        """Raise DatabaseUnavailable unless the database answers."""
-        with self._transaction(write=False) as cursor:
-            cursor.execute("SELECT 1").fetchone()
+        """Raise DatabaseUnavailable unless the database answers (a read of its schema version)."""
+        try:
+            with self._transaction(write=False) as cursor:
+                # A table, not "SELECT 1": SQLite answers that without touching the file.
+                cursor.execute("SELECT value FROM sync_meta WHERE key = 'schema'").fetchone()
+        except self._errors.any as error:
+            # Whatever the database says, for a health check it is one answer: not well.
+            raise DatabaseUnavailable(f"the {self._dialect.name} database failed its check") from error
 
     def add_slot(self, key_hash: bytes) -> int:
         """A new empty slot opened by the key with this hash; its id."""
@@ -345,12 +354,14 @@ class Database:
         return account
 
     def append(self, slot: int, records: list[NewRecord]) -> list[StoredRecord]:
-        """Store every record or none; Conflict names a taken (memory id, revision)."""
-        seen: set[tuple[str, int]] = set()
-        for record in records:
-            if (record.memory_id, record.revision) in seen:
-                raise Conflict(record.memory_id, record.revision)
-            seen.add((record.memory_id, record.revision))
+        """Store every record or none; Conflict names the first that is not its memory's next revision.
+
+        A memory's next revision is one more than its highest stored one (1 for
+        a new memory), and a batch may carry several consecutive revisions of
+        one memory. Nothing else is taken: a revision far ahead (say 2^31 - 1)
+        would leave the memory with a revision no client can ever follow, and
+        so unreadable for good.
+        """
         stored_at = now()
         stored: list[StoredRecord] = []
         with self._transaction(write=True) as cursor:
@@ -358,16 +369,26 @@ class Database:
             if row is None or row[0] is None:
                 raise NoAccount
             seq = int(row[1])
+            # The slot row's lock is held, so no other append of this slot can
+            # store a revision between this read and the inserts.
+            last: dict[str, int] = {}
             for record in records:
+                if record.memory_id not in last:
+                    (highest,) = cursor.execute(
+                        "SELECT MAX(revision) FROM records WHERE slot_id = ? AND memory_id = ?",
+                        (slot, record.memory_id),
+                    ).fetchone()
+                    last[record.memory_id] = 0 if highest is None else int(highest)
+                expected = last[record.memory_id] + 1
+                if record.revision != expected:
+                    raise Conflict(record.memory_id, record.revision, expected)
+                last[record.memory_id] = expected
                 seq += 1
-                try:
-                    cursor.execute(
-                        "INSERT INTO records (slot_id, seq, memory_id, revision, ciphertext, stored_at) "
-                        "VALUES (?, ?, ?, ?, ?, ?)",
-                        (slot, seq, record.memory_id, record.revision, record.ciphertext, stored_at),
-                    )
-                except self._errors.integrity as error:
-                    raise Conflict(record.memory_id, record.revision) from error
+                cursor.execute(
+                    "INSERT INTO records (slot_id, seq, memory_id, revision, ciphertext, stored_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (slot, seq, record.memory_id, record.revision, record.ciphertext, stored_at),
+                )
                 stored.append(StoredRecord(seq, record.memory_id, record.revision, b"", stored_at))
             cursor.execute("UPDATE slots SET last_seq = ? WHERE slot_id = ?", (seq, slot))
         return stored
@@ -429,12 +450,12 @@ class _Cursor:
 
 @dataclass(frozen=True)
 class _Errors:
-    integrity: tuple[type[Exception], ...]
+    any: tuple[type[Exception], ...]
     operational: tuple[type[Exception], ...]
 
 
 def _sqlite_errors() -> _Errors:
-    return _Errors((sqlite3.IntegrityError,), (sqlite3.OperationalError,))
+    return _Errors((sqlite3.Error,), (sqlite3.OperationalError,))
 
 
 def _postgres_errors() -> _Errors:
@@ -444,7 +465,7 @@ def _postgres_errors() -> _Errors:
         raise DatabaseError(
             "PostgreSQL needs the postgres extra: pip install 'squirrel-mcp[postgres]'"
         ) from error
-    return _Errors((psycopg.IntegrityError,), (psycopg.OperationalError, psycopg.InterfaceError))
+    return _Errors((psycopg.Error,), (psycopg.OperationalError, psycopg.InterfaceError))
 
 
 def _close_quietly(connection: Any) -> None:

@@ -34,10 +34,22 @@ MAX_CURSOR = 2**63 - 1
 # A wrapped data key is 61 bytes today (84 characters); up to 1 KiB is accepted.
 WRAPPED_KEY_CHARS = (84, 1368)
 # A sealed revision: format byte, nonce and tag around the plaintext (29 bytes,
-# 40 characters, for an empty one); up to 256 KiB, where a memory at every
-# field's maximum is far under 64 KiB.
-CIPHERTEXT_CHARS = (40, 349_528)
+# 40 characters, for an empty one); up to 48 KiB (65,536 characters), where a
+# memory with every field at its maximum, in 4-byte characters, seals to about
+# 32 KiB.
+CIPHERTEXT_CHARS = (40, 65_536)
 MAX_RECORDS_PER_APPEND = 500
+# The largest body an append can need: its most records, each as long as its
+# fields allow, with the spaces a common encoder puts after ":" and "," and some
+# more for indentation. The server reads no more than this, so no request costs
+# it more than one full append's worth of memory and parsing.
+_RECORD_ENVELOPE = '{"memoryId": "0123456789abcdef", "revision": 2147483647, "ciphertext": ""}, '
+_WHITESPACE_PER_RECORD = 64
+_LARGEST_APPEND = MAX_RECORDS_PER_APPEND * (
+    len(_RECORD_ENVELOPE) + CIPHERTEXT_CHARS[1] + _WHITESPACE_PER_RECORD
+) + len('{"records": []}\n')
+# Rounded up to whole MiB, a figure a reverse proxy's body limit can repeat: 32 MiB.
+MAX_BODY_BYTES = -(-_LARGEST_APPEND // 2**20) * 2**20
 DEFAULT_PAGE = 500
 MAX_PAGE = 1000
 
