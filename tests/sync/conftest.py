@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -156,8 +156,13 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 
 
 @contextmanager
-def start_sync_server(database_url: str, *args: str, log: Path | None = None) -> Iterator[SyncServer]:
-    """Run `squirrel-mcp-sync serve` on a free loopback port; stop it on exit."""
+def start_sync_server(
+    database_url: str, *args: str, log: Path | None = None, preexec_fn: Callable[[], None] | None = None
+) -> Iterator[SyncServer]:
+    """Run `squirrel-mcp-sync serve` on a free loopback port; stop it on exit.
+
+    `preexec_fn` runs in the child before the server starts (to set its resource limits).
+    """
     key = issue_key(database_url)
     if log is None:
         log = Path(os.environ.get("TMPDIR", "/tmp")) / f"squirrel-sync-{secrets.token_hex(4)}.log"
@@ -168,6 +173,7 @@ def start_sync_server(database_url: str, *args: str, log: Path | None = None) ->
             env={**os.environ, "SQUIRREL_SYNC_DATABASE": database_url},
             stdout=sink,
             stderr=subprocess.STDOUT,
+            preexec_fn=preexec_fn,
         )
     try:
         deadline = time.monotonic() + START_TIMEOUT_S

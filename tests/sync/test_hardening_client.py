@@ -23,7 +23,6 @@ import secrets
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
@@ -183,6 +182,22 @@ def hostile_env(tmp_path: Path, url: str) -> dict[str, str]:
     }
 
 
+# Starts the command from a small process of its own and reports the command's peak RSS.
+# Linux carries a process's high-water RSS across exec, and a child forked straight from
+# pytest starts with pytest's (hundreds of MiB after other tests): measured that way, the
+# figure would depend on what ran before. Forked from this launcher, it starts near 10 MiB.
+LAUNCHER = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.execv(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+print(usage.ru_maxrss, os.waitstatus_to_exitcode(status))
+"""
+
+
 def run_measured(env: dict[str, str], *args: str) -> tuple[int, str, int]:
     """Run `squirrel-mcp ARGS`: its exit status, stderr and peak RSS in bytes.
 
@@ -190,29 +205,19 @@ def run_measured(env: dict[str, str], *args: str) -> tuple[int, str, int]:
     (the subprocess timeout is a backstop far past the client's deadline).
     """
     secrets_of_this_test().add_env(env)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "squirrel_mcp", *args],
+    result = subprocess.run(
+        [sys.executable, "-c", LAUNCHER, sys.executable, "-m", "squirrel_mcp", *args],
         env={"PATH": os.environ["PATH"], **env},
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        capture_output=True,
+        timeout=4 * remote.OPERATION_DEADLINE,
+        check=True,
     )
-    assert process.stderr is not None
-    stderr: list[bytes] = []
-    reader = threading.Thread(target=lambda: stderr.append(process.stderr.read()))  # type: ignore[union-attr]
-    reader.start()
-    backstop = threading.Timer(4 * remote.OPERATION_DEADLINE, process.kill)
-    backstop.start()
-    try:
-        _, status, usage = os.wait4(process.pid, 0)
-    finally:
-        backstop.cancel()
-    process.returncode = os.waitstatus_to_exitcode(status)
-    reader.join()
-    text = stderr[0].decode(errors="replace")
+    text = result.stderr.decode(errors="replace")
     secrets_of_this_test().texts.append((f"stderr of squirrel-mcp {' '.join(args)}", text))
     # ru_maxrss is in KiB on Linux.
-    return process.returncode, text, usage.ru_maxrss * 1024
+    peak_kib, status = (int(word) for word in result.stdout.split())
+    return status, text, peak_kib * 1024
 
 
 def assert_one_line(stderr: str, *expected: str) -> str:

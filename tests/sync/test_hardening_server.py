@@ -22,14 +22,11 @@ import base64
 import itertools
 import json
 import os
-import re
 import resource
 import secrets
 import select
-import signal
 import socket
 import sqlite3
-import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
@@ -43,7 +40,7 @@ import requests
 from squirrel_mcp import crypto, models
 from squirrel_mcp.syncserver.app import HEALTH_CHECK_INTERVAL_S
 from squirrel_mcp.syncserver.validation import CIPHERTEXT_CHARS, MAX_BODY_BYTES, MAX_RECORDS_PER_APPEND
-from tests.sync.conftest import START_TIMEOUT_S, TEST_RATE, SyncServer, issue_key, sync_command
+from tests.sync.conftest import SyncServer, start_sync_server
 
 Json = dict[str, Any]
 FILE_LIMIT = 64
@@ -81,43 +78,14 @@ def all_changes(server: SyncServer) -> list[Json]:
 @contextmanager
 def limited_server(tmp_path: Path, *args: str) -> Iterator[SyncServer]:
     """`squirrel-mcp-sync serve` on SQLite with at most FILE_LIMIT open files (ulimit -n)."""
-    database_url = f"sqlite:///{tmp_path}/sync-db/sync.sqlite3"
-    key = issue_key(database_url)
-    log = tmp_path / "sync-server.log"
 
     def limit_files() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (FILE_LIMIT, FILE_LIMIT))
 
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            sync_command("serve", "--port", "0", *TEST_RATE, *args),
-            env={**os.environ, "SQUIRREL_SYNC_DATABASE": database_url},
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            preexec_fn=limit_files,
-        )
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while (match := re.search(r"serving (http://\S+) \((\w+)\)", log.read_text())) is None:
-            assert process.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
-        server = SyncServer(match.group(1), key, database_url, match.group(2), log, process)
-        while True:
-            try:
-                requests.get(server.url + "/v1/health", timeout=5)
-                break
-            except requests.ConnectionError:
-                assert time.monotonic() < deadline, log.read_text()
-                time.sleep(0.05)
+    database_url = f"sqlite:///{tmp_path}/sync-db/sync.sqlite3"
+    log = tmp_path / "sync-server.log"
+    with start_sync_server(database_url, *args, log=log, preexec_fn=limit_files) as server:
         yield server
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def address(server: SyncServer) -> tuple[str, int]:

@@ -281,17 +281,12 @@ class _WatchedConnection(HTTPConnection):
         super().request(*args, **kwargs)
 
 
-class _WatchedHTTPSConnection(HTTPSConnection):
-    """The HTTPS connection that tells the current watch which socket it uses."""
+class _WatchedHTTPSConnection(_WatchedConnection, HTTPSConnection):
+    """The HTTPS connection that tells the current watch which socket it uses.
 
-    def _new_conn(self) -> socket.socket:
-        sock = super()._new_conn()
-        _attach(sock)
-        return sock
-
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        _attach(self.sock)
-        super().request(*args, **kwargs)
+    HTTPSConnection subclasses HTTPConnection, so the watching methods above come
+    first in its method order and call on into the TLS ones.
+    """
 
 
 class _WatchedPool(HTTPConnectionPool):
