@@ -145,7 +145,7 @@ def test_an_unreadable_latest_or_only_revision_is_named_too(vault_env: dict[str,
     result = run_cli(vault_env, "export")
     stderr = result.stderr.decode()
     assert result.returncode == cli.EXIT_EXPORT_INCOMPLETE, stderr
-    assert f"memory {van}: revision 1 and the revisions after 2" in stderr
+    assert f"memory {van}: revisions 1, 3" in stderr
     assert f"memory {other}: every revision" in stderr
     assert revisions_by_id(result.stdout) == {van: [2]}
 

@@ -88,25 +88,25 @@ def export_json(store: MemoryStore) -> Export:
 
 
 def _gaps(histories: list[list[Revision]], store: MemoryStore) -> list[str]:
-    """Which revisions the export lacks, one line per memory.
+    """Which revisions the export lacks, one line per memory: their numbers, never content.
 
-    Numbers skipped below a memory's last readable revision are named; past it, the
-    store tells only that the latest revision is unreadable, not its number.
+    Below a memory's newest readable revision they are the numbers skipped; above it,
+    the store names the newer revisions that failed their integrity check.
     """
-    gaps: dict[str, str] = {}
-    readable: dict[str, int] = {}
+    unreadable: dict[str, list[int]] = {}
     for history in histories:
+        memory_id = history[0].id
         numbers = {revision.revision for revision in history}
-        readable[history[0].id] = max(numbers)
-        missing = [n for n in range(1, max(numbers)) if n not in numbers]
+        missing = [n for n in range(1, max(numbers)) if n not in numbers] + store.unreadable_above(memory_id)
         if missing:
-            listed = ", ".join(str(n) for n in missing)
-            gaps[history[0].id] = f"revision{'s' if len(missing) > 1 else ''} {listed}"
+            unreadable[memory_id] = missing
+    lines = {
+        memory_id: f"revision{'s' if len(numbers) > 1 else ''} {', '.join(str(n) for n in numbers)}"
+        for memory_id, numbers in unreadable.items()
+    }
     for memory_id in store.unreadable_ids():
-        last = readable.get(memory_id)
-        latest = "every revision" if last is None else f"the revisions after {last}"
-        gaps[memory_id] = f"{gaps[memory_id]} and {latest}" if memory_id in gaps else latest
-    return [f"memory {memory_id}: {gaps[memory_id]}" for memory_id in sorted(gaps)]
+        lines[memory_id] = "every revision"
+    return [f"memory {memory_id}: {lines[memory_id]}" for memory_id in sorted(lines)]
 
 
 def field_locations(error: ValidationError) -> str:
