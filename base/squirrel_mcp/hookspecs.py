@@ -38,8 +38,8 @@ def startup(
       `account_id`, `derive_key(purpose)`: a key of the plugin's own, never the data key).
     - `log`: writes one line to stderr prefixed "squirrel-mcp: ". Only the lines
       the design allows (docs/plugins.md); never memory text, a query or a key.
-    - `notice`: writes one line to stderr exactly as given, for the lines the spec
-      spells out word for word ("memory: local embeddings ready"). Same rules as `log`.
+    - `notice`: writes one line to stderr exactly as given, for the lines the docs
+      spell out word for word ("memory: local embeddings ready"). Same rules as `log`.
       A plugin may keep `log` and `notice` and call them later (from a search).
 
     The return value is ignored (return None). Raising sets the plugin aside for

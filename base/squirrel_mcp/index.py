@@ -44,7 +44,7 @@ from squirrel_mcp.text.tokens import begins_with, document_terms
 # a word there says more about what the memory is about than the same word said
 # in passing in the text, so they count twice.
 FIELD_WEIGHTS = {"entity": 2.0, "text": 1.0, "tags": 2.0, "keywords": 2.0}
-# A hyphen part, or a character inside a pair, is half a match (the spec's rule).
+# A hyphen part, or a character inside a pair, is half a match (docs/search.md).
 HALF = 0.5
 SECONDS_PER_DAY = 86_400.0
 # BM25's usual constants (Robertson & Zaragoza, "The Probabilistic Relevance

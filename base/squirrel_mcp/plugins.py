@@ -59,7 +59,7 @@ def log_line(message: str) -> None:
 
 
 def notice_line(message: str) -> None:
-    """One line on stderr exactly as given: for the lines the spec spells out ("memory: ...")."""
+    """One line on stderr exactly as given: for the lines the docs spell out ("memory: ...")."""
     print(message, file=sys.stderr, flush=True)
 
 

@@ -36,7 +36,7 @@ from squirrel_mcp.text.tokens import (
 # A memory term that only begins with a query word ("allergic" for "allerg") counts this
 # share of its BM25 weight: it may be another word ("raspberry" for "ras"), so it says
 # less than the word itself, and the word spelled out ranks first among equals. A half,
-# like the spec's other partial matches (hyphen parts, characters inside pairs).
+# like the other partial matches (hyphen parts, characters inside pairs; docs/search.md).
 PREFIX = 0.5
 
 # Bounds on the work one query can ask for (`plan`), far above what real queries use:

@@ -4,7 +4,7 @@ Registered as the entry point `embeddings` of the group `squirrel_mcp`. Its hook
 
 - `startup` (in the plugin's background thread): unless SQUIRREL_MEMORY_EMBEDDINGS=0,
   checks and starts the model, opens the account's vector file, and writes the one
-  start-up line of DESIGN.md §8. Until it returns, search is lexical.
+  start-up line (docs/hybrid.md). Until it returns, search is lexical.
 - `memories_changed`: a memory whose revision moved loses its vector (it is embedded
   again by the next search); a deleted one is forgotten.
 - `rank_memories`: embeds the query, spends at most WARM_UP_SECONDS embedding
@@ -42,7 +42,7 @@ from squirrel_mcp_embeddings.integrity import MANIFEST_NAME, PACKAGED_MODEL_DIR,
 ENABLED_VARIABLE = "SQUIRREL_MEMORY_EMBEDDINGS"
 # Bumped whenever `recipe` changes: the vector file records it, so every memory is embedded again.
 RECIPE_VERSION = 1
-# The spec's warm-up bound: a search spends at most this long embedding memories without a vector.
+# The warm-up bound: a search spends at most this long embedding memories without a vector.
 WARM_UP_SECONDS = 8.0
 WARM_UP_BATCH = 32
 # A search that finds another still ranking (or warming up) waits this long, then answers
@@ -232,7 +232,7 @@ class Hybrid:
                 self._warm([candidate.memory.id for candidate in candidates], deadline)
             except Exception:
                 # The runtime's error types vary by version and platform; whichever it
-                # is, this search and the rest of the session are lexical (the spec).
+                # is, this search and the rest of the session are lexical (docs/hybrid.md).
                 self.failed = True
                 self._notice(RUNTIME_FAILED)
                 return None
