@@ -1,6 +1,6 @@
 """The recall diagnostic (squirrel-mcp-diagnose) on a vault holding the recall corpus, with the real model.
 
-What the spec promises and these tests check on the installed console script:
+What docs/hybrid.md promises and these tests check on the installed console script:
 it prints ids, ranks, scores and the user's own queries, never memory text,
 entities or tags (checked against every memory of the corpus); its vectors live
 in a temporary directory that is gone after a normal exit and after Ctrl-C; the

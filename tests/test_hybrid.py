@@ -1,7 +1,7 @@
 """The embeddings plugin without the model: the fused order's promises, the recipe, the vector file.
 
-The fused order is checked as properties (hypothesis) of the spec's "How search
-ranks". The plugin's state (warm-up, re-embedding, the encrypted file) runs on a
+The fused order is checked as properties (hypothesis) of how hybrid search ranks
+(docs/hybrid.md). The plugin's state (warm-up, re-embedding, the encrypted file) runs on a
 real vault with a stand-in model that counts what it embeds.
 """
 

@@ -1,4 +1,4 @@
-"""Lexical search in process: the spec's word-matching rules, BM25 and decay, the incremental index.
+"""Lexical search in process: the word-matching rules, BM25 and decay, the incremental index.
 
 The spec's examples live in MEMORIES and CASES, which tests/test_search_stdio.py
 runs again through the real server over stdio.

@@ -2,7 +2,7 @@
 
 These models are the wire format twice over: the plaintext sealed in each
 record, and the structured output the tools return. Field names are camelCase
-because that is what agents (and the spec) see.
+because that is what agents see.
 """
 
 from __future__ import annotations

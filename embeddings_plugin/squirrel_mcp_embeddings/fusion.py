@@ -1,4 +1,4 @@
-"""The fused order of the spec's "How search ranks", as a pure function of numbers.
+"""The fused order of hybrid search (docs/hybrid.md), as a pure function of numbers.
 
     fused = WEIGHT × lexicalScore + (1 − WEIGHT) × part × decay
     part  = 0 at or below the floor, 1 at floor + span or above, linear between
@@ -16,8 +16,8 @@ import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-# The share of the word match in the fused value (feature 0050, chosen on the recall
-# corpus; any weight in (0, 1) keeps the order the spec promises, see the tests).
+# The share of the word match in the fused value (chosen on the recall corpus; any
+# weight in (0, 1) keeps the order docs/hybrid.md promises, see the tests).
 WEIGHT = 0.3
 # A hit holding every query word scores at least this; any other at most this.
 EVERY_WORD = 0.5

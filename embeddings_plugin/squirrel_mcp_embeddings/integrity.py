@@ -38,7 +38,7 @@ class ModelNotLoaded(Exception):
 
 
 def status_line(error: ModelNotLoaded | None) -> str:
-    """The one start-up line of DESIGN.md §8 (no path, text or vector in it)."""
+    """The one start-up line (docs/hybrid.md; no path, text or vector in it)."""
     if error is None:
         return "memory: local embeddings ready"
     detail = f"{error.reason}: {error.file}" if error.file else error.reason

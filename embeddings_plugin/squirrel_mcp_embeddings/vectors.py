@@ -219,7 +219,7 @@ def load(path: Path, key: bytes, account_id: str, stamp: Stamp) -> VectorTable |
         data = path.read_bytes()
     except OSError:
         # Missing, or a path that cannot hold a file: start empty; if it cannot be
-        # written either, saving says so (the spec's one line).
+        # written either, saving says so (its one line, docs/hybrid.md).
         return None
     return VectorTable.from_bytes(data, key, account_id, stamp)
 

@@ -1,6 +1,6 @@
 """Terms from text: Latin accents folded, words in any script, pairs where there are no spaces.
 
-The rules are the spec's ("How search ranks"):
+The rules (docs/search.md says them with examples):
 
 - Case and accents on Latin letters are folded (crème -> creme, Straße -> strasse);
   accents on letters of other scripts are kept, so тёмная and темная differ.
@@ -91,8 +91,8 @@ _CHUNK = re.compile(rf"{_WORD_CHAR}+(?:[{_HYPHENS}]{_WORD_CHAR}+)*")
 _PAIR_RUN = re.compile(rf"[{_char_class(list(_PAIR_RANGES))}]+")
 _HYPHEN_SPLIT = re.compile(f"[{_HYPHENS}]")
 _MARK = re.compile(f"[{_MARKS}]")
-# A query word this many characters long or longer also matches as a prefix (the spec's
-# short-word rule: one or two letters match only whole).
+# A query word this many characters long or longer also matches as a prefix (the
+# short-word rule: one or two letters match only whole words).
 PREFIX_LENGTH = 3
 _LETTER_OR_DIGIT = re.compile(r"[^\W_]")
 # A character and the combining marks after it: what a reader counts as one character.
