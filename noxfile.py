@@ -2,6 +2,9 @@
 
     nox -s tests   ruff, mypy, every test and every gate (what .ci/run and the README run); the sync
                    server's tests get a throwaway PostgreSQL from .ci/postgres
+    nox -s lint    ruff, ruff format --check, mypy: the quick check before a commit
+    nox -s unit    the tests that run in one interpreter: no model, no process, no PostgreSQL;
+                   arguments go to pytest (`nox -s unit -- -k search`)
     nox -s recall  the recall gate: lexical vs hybrid on the recall corpus; docs/recall.md
     nox -s diagnose -- queries.json   recall on your own memories (ids, ranks, scores only)
     nox -s reliability  kills, concurrency, soak, fuzzing, tampering; table in docs/reliability.md
@@ -104,18 +107,49 @@ def tests(session: nox.Session) -> None:
     session.install("--require-hashes", "-r", "requirements/dev.txt")
     fetch_model_files(session)
     install_project(session)
-    session.run("ruff", "check", ".")
-    session.run("ruff", "format", "--check", ".")
-    session.run("mypy")
+    run_lint(session)
     with postgres_for_tests(session):
         session.run("pytest", *session.posargs)
     run_recall(session)
     run_reliability(session)
 
 
+def run_lint(session: nox.Session) -> None:
+    """Ruff's rules and format, and mypy strict on both packages."""
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
+
+
+@nox.session(python=PYTHON, reuse_venv=True)
+def lint(session: nox.Session) -> None:
+    """What `nox -s tests` lints, alone (its environment is kept between runs)."""
+    session.install("--require-hashes", "-r", "requirements/dev.txt")
+    install_project(session)
+    run_lint(session)
+
+
+@nox.session(python=PYTHON, reuse_venv=True)
+def unit(session: nox.Session) -> None:
+    """The tests that need no model, no process and no PostgreSQL (the others skip, saying so).
+
+    Arguments are passed to pytest. Where a test would start a process (a server, a CLI,
+    the sync server) or needs the model, tests/conftest.py skips it; `nox -s tests` runs
+    everything.
+    """
+    session.install("--require-hashes", "-r", "requirements/dev.txt")
+    # The plugin's build refuses to run without the fetched model, and these tests never
+    # load it: its package is imported from the checkout instead of installed.
+    session.install("--no-deps", "--no-build-isolation", ".")
+    session.env["PYTHONPATH"] = "embeddings_plugin"
+    session.env["SQUIRREL_TEST_UNIT"] = "1"
+    session.env.pop("SQUIRREL_TEST_POSTGRES_URL", None)
+    session.run("pytest", "-q", *session.posargs)
+
+
 def run_recall(session: nox.Session) -> None:
     """The recall gate, in a session that has the model and both distributions installed."""
-    session.run("python", "scripts/recall_gate.py")
+    session.run("python", "-m", "tests.recall.gate")
 
 
 @nox.session(python=PYTHON)

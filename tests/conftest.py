@@ -128,6 +128,27 @@ def scan_for_secrets(
     assert not found, f"secrets leaked (where, secret): {found}"
 
 
+UNIT_ONLY = os.environ.get("SQUIRREL_TEST_UNIT") == "1"
+
+
+@pytest.fixture(autouse=True)
+def unit_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In `nox -s unit` (SQUIRREL_TEST_UNIT=1), a test is skipped where it would start a process.
+
+    Servers, CLIs, sync servers, npm and pip all start through subprocess.Popen (asyncio's
+    and anyio's process functions too), so refusing it there leaves exactly the tests that
+    run in this interpreter. The model is not fetched in that session and no PostgreSQL is
+    started, so the tests needing either skip as they do anywhere without them.
+    """
+    if not UNIT_ONLY:
+        return
+
+    def refuse(self: subprocess.Popen[bytes], *args: object, **kwargs: object) -> None:
+        pytest.skip("starts a process: run by `nox -s tests`, not `nox -s unit`")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
@@ -202,7 +223,8 @@ async def call_error(client: Client, tool: str, **arguments: Any) -> str:
 
 # For tests that start the real model: it is in the package only once fetched.
 needs_model = pytest.mark.skipif(
-    not (PACKAGED_MODEL_DIR / "model.onnx").exists(), reason="the model is not fetched (nox -s fetch_model)"
+    UNIT_ONLY or not (PACKAGED_MODEL_DIR / "model.onnx").exists(),
+    reason="the model is not fetched (nox -s fetch_model), or this is `nox -s unit`",
 )
 
 

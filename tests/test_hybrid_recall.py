@@ -23,9 +23,12 @@ from hypothesis import strategies as st
 from squirrel_mcp import search
 from squirrel_mcp.index import SearchIndex
 from squirrel_mcp_embeddings import fusion, plugin
+from tests.conftest import needs_model
 from tests.recall.corpus import CORPUS, NOW, QUERIES, hex_id, revision
 
 embedder = pytest.importorskip("squirrel_mcp_embeddings.embedder")
+# Every test here embeds the recall corpus with the real model.
+pytestmark = needs_model
 
 
 @cache

@@ -1,4 +1,4 @@
-"""The recall gate's conditions (scripts/recall_gate.py) hold and fail where they should.
+"""The recall gate's conditions (tests/recall/gate.py) hold and fail where they should.
 
 The gate itself runs in `nox -s recall` (and at the end of `nox -s tests`); here its
 `gate` function is given figures on either side of each threshold.
@@ -6,22 +6,16 @@ The gate itself runs in `nox -s recall` (and at the end of `nox -s tests`); here
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-GATE_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "recall_gate.py"
+from tests.recall import gate
 
 
 @pytest.fixture(scope="module")
 def recall_gate() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("recall_gate", GATE_SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return gate
 
 
 def figures(

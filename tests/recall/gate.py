@@ -1,4 +1,6 @@
-"""The recall gate (`nox -s recall`): lexical and hybrid search on the recall corpus, as the server runs them.
+"""The recall gate: lexical and hybrid search on the recall corpus, as the server runs them.
+
+`nox -s recall` runs it as `python -m tests.recall.gate`.
 
 The 500 synthetic memories of tests/recall/ are imported into a throwaway vault;
 each query of the four sets (paraphrase, exact, ranking, scripts) is answered by
@@ -25,16 +27,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from squirrel_mcp.config import Config
+from squirrel_mcp.memories import MemoryStore
+from squirrel_mcp.plugins import PluginHost, get_plugin_manager, load_plugins
+from squirrel_mcp.server import MAX_SEARCH_LIMIT, SearchResult, run_search
+from squirrel_mcp.storage.local import LocalVault
+from tests.recall.corpus import CORPUS, NOW, SETS, TOP, measure, revision
 
-from squirrel_mcp.config import Config  # noqa: E402
-from squirrel_mcp.memories import MemoryStore  # noqa: E402
-from squirrel_mcp.plugins import PluginHost, get_plugin_manager, load_plugins  # noqa: E402
-from squirrel_mcp.server import MAX_SEARCH_LIMIT, SearchResult, run_search  # noqa: E402
-from squirrel_mcp.storage.local import LocalVault  # noqa: E402
-from tests.recall.corpus import CORPUS, NOW, SETS, TOP, measure, revision  # noqa: E402
-
+ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "docs" / "recall.md"
 PARAPHRASE_GAIN = 0.15
 SET_FLOOR = 0.8
@@ -93,7 +93,7 @@ def report(
     lines = [
         "# Recall",
         "",
-        "Written by `nox -s recall` (scripts/recall_gate.py), which `nox -s tests`, and so `.ci/run`,",
+        "Written by `nox -s recall` (tests/recall/gate.py), which `nox -s tests`, and so `.ci/run`,",
         f"also run. Measured on {len(CORPUS)} synthetic memories (tests/recall/, written by an AI agent,",
         f"no user data) with the model {model}, through `squirrel_mcp.server.run_search`,",
         "the code behind the search_memory tool: lexical = no plugin, hybrid = the embeddings plugin",
