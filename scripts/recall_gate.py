@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 from squirrel_mcp.config import Config  # noqa: E402
 from squirrel_mcp.memories import MemoryStore  # noqa: E402
 from squirrel_mcp.plugins import PluginHost, get_plugin_manager, load_plugins  # noqa: E402
-from squirrel_mcp.server import MAX_SEARCH_LIMIT, SearchResult, run_search  # noqa: E402
+from squirrel_mcp.results import SearchResult  # noqa: E402
+from squirrel_mcp.server import MAX_SEARCH_LIMIT, run_search  # noqa: E402
 from squirrel_mcp.storage.local import LocalVault  # noqa: E402
 from tests.recall.corpus import CORPUS, NOW, SETS, TOP, measure, revision  # noqa: E402
 
