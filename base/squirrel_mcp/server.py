@@ -12,17 +12,22 @@ answering, retry once with nearMisses, correct rather than duplicate.
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from importlib import resources
 from typing import Annotated, Any, Concatenate, ParamSpec, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import Field, ValidationError
+from mcp.server.mcpserver.prompts import Prompt
+from mcp.types import ToolAnnotations
+from pydantic import Field, JsonValue, ValidationError
+from pydantic.json_schema import SkipJsonSchema
 
 from squirrel_mcp import __version__, search
 from squirrel_mcp.memories import MemoryOperationError, MemoryReader, MemoryStore
@@ -103,9 +108,18 @@ CategoryArg = Annotated[
         "fact, project, note (months), event, task (weeks)."
     ),
 ]
-TagsFilter = Annotated[
-    list[str] | None, Field(description="Only memories carrying every one of these tags.", max_length=20)
-]
+# An input whose absence means something no value of its type can say: no filter on this field,
+# no change to it, no reason given. The schema shows the plain type, neither null nor a default,
+# because strict hosts mishandle `anyOf [T, null]` (some send such inputs as raw strings). An
+# explicit null is still accepted, as it was, for hosts that send one for every input left out.
+Unset = SkipJsonSchema[None]
+# The same bounds as save_memory's tags: a tag no memory can carry is refused, not searched for.
+TagsFilter = Annotated[Tags | Unset, Field(description="Only memories carrying every one of these tags.")]
+
+
+def _absent_means_unset(schema: dict[str, JsonValue]) -> None:
+    """Drop the `default: null` an Unset input would otherwise show."""
+    schema.pop("default", None)
 
 
 def _hit_view(memory: Revision, hit: RankedHit) -> SearchHit:
@@ -260,8 +274,11 @@ def search_memory(
         str, Field(min_length=1, max_length=1000, description="What to look for, in the user's words.")
     ],
     limit: Annotated[int, Field(ge=1, le=MAX_SEARCH_LIMIT, description="Most results to return.")] = 10,
-    category: Annotated[Category | None, Field(description="Only memories of this category.")] = None,
-    tags: TagsFilter = None,
+    category: Annotated[
+        Category | Unset,
+        Field(description="Only memories of this category.", json_schema_extra=_absent_means_unset),
+    ] = None,
+    tags: TagsFilter = [],  # noqa: B006
     nearMisses: Annotated[
         bool,
         Field(
@@ -331,17 +348,34 @@ def save_memory(
 def update_memory(
     context: ToolContext,
     id: IdArg,
-    text: Annotated[MemoryText | None, Field(description="The corrected text.")] = None,
-    entity: Annotated[Entity | None, Field(description="The corrected entity.")] = None,
-    category: Annotated[Category | None, Field(description="The corrected category.")] = None,
-    tags: Annotated[Tags | None, Field(description="The new tags (replace the old ones).")] = None,
-    keywords: Annotated[
-        Keywords | None, Field(description="The new keywords (replace the old ones).")
+    text: Annotated[
+        MemoryText | Unset, Field(description="The corrected text.", json_schema_extra=_absent_means_unset)
     ] = None,
-    reason: Annotated[Reason | None, Field(description="Why it changed, kept in the history.")] = None,
+    entity: Annotated[
+        Entity | Unset, Field(description="The corrected entity.", json_schema_extra=_absent_means_unset)
+    ] = None,
+    category: Annotated[
+        Category | Unset, Field(description="The corrected category.", json_schema_extra=_absent_means_unset)
+    ] = None,
+    # Absent keeps the tags; an empty list clears them: no default can say "keep".
+    tags: Annotated[
+        Tags | Unset,
+        Field(description="The new tags (replace the old ones).", json_schema_extra=_absent_means_unset),
+    ] = None,
+    keywords: Annotated[
+        Keywords | Unset,
+        Field(description="The new keywords (replace the old ones).", json_schema_extra=_absent_means_unset),
+    ] = None,
+    reason: Annotated[
+        Reason | Unset,
+        Field(description="Why it changed, kept in the history.", json_schema_extra=_absent_means_unset),
+    ] = None,
     expectedRevision: Annotated[
-        int | None,
-        Field(ge=1, description="The revision you read; the correction is refused if it changed since."),
+        Annotated[int, Field(ge=1)] | Unset,
+        Field(
+            description="The revision you read; the correction is refused if it changed since.",
+            json_schema_extra=_absent_means_unset,
+        ),
     ] = None,
 ) -> ChangeResult:
     """Correct a memory: writes a new revision, the old one stays readable in its history.
@@ -395,9 +429,16 @@ def get_memory(
 def delete_memory(
     context: ToolContext,
     id: IdArg,
-    reason: Annotated[Reason | None, Field(description="Why it is deleted, kept in the history.")] = None,
+    reason: Annotated[
+        Reason | Unset,
+        Field(description="Why it is deleted, kept in the history.", json_schema_extra=_absent_means_unset),
+    ] = None,
 ) -> ChangeResult:
-    """Forget a memory. It stops appearing in search; restore_memory undoes this."""
+    """Forget a memory: it stops appearing in search and context; restore_memory undoes this.
+
+    Nothing is erased: the delete is a tombstone revision, the memory and its
+    history stay in the vault, and restore_memory brings it back as it was.
+    """
     with _as_tool_error():
         revision = context.store.delete(id, reason=reason)
     return ChangeResult(memory=revision.memory(), deleted=True, previousRevision=revision.revision - 1)
@@ -412,10 +453,17 @@ def restore_memory(context: ToolContext, id: IdArg) -> ChangeResult:
 
 def list_memories(
     context: ToolContext,
-    category: Annotated[Category | None, Field(description="Only memories of this category.")] = None,
-    tags: TagsFilter = None,
+    category: Annotated[
+        Category | Unset,
+        Field(description="Only memories of this category.", json_schema_extra=_absent_means_unset),
+    ] = None,
+    tags: TagsFilter = [],  # noqa: B006
     entity: Annotated[
-        Entity | None, Field(description="Only memories about this entity (ignoring case).")
+        Entity | Unset,
+        Field(
+            description="Only memories about this entity (ignoring case).",
+            json_schema_extra=_absent_means_unset,
+        ),
     ] = None,
     includeDeleted: Annotated[bool, Field(description="Also list deleted memories.")] = False,
     offset: Annotated[int, Field(ge=0, le=1_000_000, description="How many to skip (paging).")] = 0,
@@ -438,17 +486,46 @@ def list_memories(
     )
 
 
-# The tools in the order tools/list shows them.
-TOOLS: tuple[Callable[Concatenate[ToolContext, ...], object], ...] = (
-    get_context,
-    search_memory,
-    save_memory,
-    update_memory,
-    get_memory,
-    delete_memory,
-    restore_memory,
-    list_memories,
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool as registered: its function, the title a host shows, and its hints to the host."""
+
+    function: Callable[Concatenate[ToolContext, ...], object]
+    title: str
+    annotations: ToolAnnotations
+
+
+# Every tool works on the user's own vault only, so none is open-world. None is destructive:
+# a save adds a memory, a correction keeps the old revision in the history, a delete writes a
+# tombstone that restore_memory undoes; nothing is ever erased. Repeating a delete or a restore
+# with the same id changes nothing more (the second is refused: already deleted, not deleted),
+# so both are idempotent; a second save adds a second memory and a second identical correction
+# a second revision, so those are not.
+READS = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+ADDS = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
 )
+TOGGLES = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+
+# The tools in the order tools/list shows them.
+TOOLS = (
+    ToolSpec(get_context, "Get the user's context", READS),
+    ToolSpec(search_memory, "Search memories", READS),
+    ToolSpec(save_memory, "Save a memory", ADDS),
+    ToolSpec(update_memory, "Correct a memory", ADDS),
+    ToolSpec(get_memory, "Read a memory", READS),
+    ToolSpec(delete_memory, "Delete a memory (restorable)", TOGGLES),
+    ToolSpec(restore_memory, "Restore a deleted memory", TOGGLES),
+    ToolSpec(list_memories, "List memories", READS),
+)
+SKILL_NAME = "squirrel-notes"
+
+
+def skill() -> str:
+    """The agent skill: the habits that make this memory useful (start with get_context, ...)."""
+    return (resources.files("squirrel_mcp") / "skill" / "SKILL.md").read_text(encoding="utf-8")
 
 
 def _bind(tool: Callable[Concatenate[ToolContext, P], R], context: ToolContext) -> Callable[P, R]:
@@ -471,7 +548,23 @@ def create_server(store: MemoryStore, plugins: PluginHost | None = None) -> MCPS
         name="squirrel-mcp", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING"
     )
     for tool in TOOLS:
-        # The descriptions keep the indentation they had when the tools were nested functions.
-        description = (tool.__doc__ or "").replace("\n    ", "\n        ")
-        server.add_tool(_bind(tool, context), description=description)
+        server.add_tool(
+            _bind(tool.function, context),
+            title=tool.title,
+            description=inspect.cleandoc(tool.function.__doc__ or ""),
+            annotations=tool.annotations,
+        )
+    server.add_prompt(
+        Prompt.from_function(
+            skill,
+            name=SKILL_NAME,
+            title="How to use this memory",
+            description="The agent skill: start with get_context, search before answering, retry "
+            "once with nearMisses, save memories that will be found again, correct rather than duplicate.",
+        )
+    )
+    # The SDK serves resources on every server; this one has none, so it neither serves
+    # nor announces them (capabilities are derived from the methods served).
+    for method in [m for m in server._lowlevel_server._request_handlers if m.startswith("resources/")]:
+        del server._lowlevel_server._request_handlers[method]
     return server
