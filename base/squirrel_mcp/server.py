@@ -1,7 +1,8 @@
 """The MCP server: the tools an agent calls and their typed inputs.
 
 Each tool is a plain function over a `ToolContext` (the unlocked store and the
-plugins); `create_server` registers them. Inputs are `Annotated[..., Field(...)]`
+plugins); `create_server` registers them, with their titles and hints to the host,
+and the agent skill as a prompt. Inputs are `Annotated[..., Field(...)]`
 so the JSON schema the agent sees is this code, and bad arguments are refused
 before a tool runs. Outputs are the Pydantic models of squirrel_mcp.results.
 Tool descriptions teach the habits of the agent skill
