@@ -1,23 +1,34 @@
-"""The MCP server: the tools an agent calls, their typed inputs and structured outputs.
+"""The MCP server: the tools an agent calls and their typed inputs.
 
-Inputs are `Annotated[..., Field(...)]` so the JSON schema the agent sees is this
-code, and bad arguments are refused before a tool runs. Outputs are Pydantic
-models. Tool descriptions teach the habits of the agent skill
+Each tool is a plain function over a `ToolContext` (the unlocked store and the
+plugins); `create_server` registers them, with their titles and hints to the host,
+and the agent skill as a prompt. Inputs are `Annotated[..., Field(...)]`
+so the JSON schema the agent sees is this code, and bad arguments are refused
+before a tool runs. Outputs are the Pydantic models of squirrel_mcp.results.
+Tool descriptions teach the habits of the agent skill
 (docs/skill/squirrel-notes/SKILL.md): start with get_context, search before
 answering, retry once with nearMisses, correct rather than duplicate.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, ClassVar, Literal
+from importlib import resources
+from typing import Annotated, Any, Concatenate, ParamSpec, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
+from mcp.server.mcpserver.prompts import Prompt
+from mcp.types import ToolAnnotations
+from pydantic import Field, JsonValue, ValidationError
+from pydantic.json_schema import SkipJsonSchema
 
 from squirrel_mcp import __version__, search
 from squirrel_mcp.memories import MemoryOperationError, MemoryReader, MemoryStore
@@ -35,6 +46,18 @@ from squirrel_mcp.models import (
 )
 from squirrel_mcp.plugins import PluginHost, get_plugin_manager
 from squirrel_mcp.ranking import Candidate, RankedHit, RankOptions
+from squirrel_mcp.results import (
+    ChangeResult,
+    ContextResult,
+    DuplicateHint,
+    GetResult,
+    ListedMemory,
+    ListResult,
+    RevisionView,
+    SaveResult,
+    SearchHit,
+    SearchResult,
+)
 from squirrel_mcp.stdio import stdio_transport
 from squirrel_mcp.storage import StorageError
 
@@ -55,135 +78,25 @@ MAX_LIST_LIMIT = 100
 # How many problems an invalid-arguments error lists.
 MAX_PROBLEMS = 8
 
-
-class _DropNone(BaseModel):
-    """A model whose optional keys are left out of the output when they are None."""
-
-    @model_serializer(mode="wrap")
-    def _drop_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        return {key: value for key, value in data.items() if value is not None or key in self._keep}
-
-    # Keys that stay even when None (semanticScore is null without a semantic ranker).
-    _keep: ClassVar[frozenset[str]] = frozenset()
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-class DuplicateHint(BaseModel):
-    """A memory the new one may repeat."""
+@dataclass(frozen=True)
+class ToolContext:
+    """What every tool works on: the unlocked memory store and the plugins that rank search hits."""
 
-    id: str
-    entity: str
-    text: str
-    overlap: float = Field(description="Share of words the two memories have in common, 0-1.")
-
-
-class SaveResult(_DropNone):
-    """What save_memory returns."""
-
-    memory: Memory
-    possibleDuplicates: list[DuplicateHint] = Field(
-        description="Memories that may say the same thing. If one does, correct it with "
-        "update_memory and delete the new one, rather than keep both."
-    )
-    note: str | None = None
+    store: MemoryStore
+    plugins: PluginHost
 
 
-class SearchHit(_DropNone):
-    """A memory found by search_memory, with its scores."""
-
-    _keep: ClassVar[frozenset[str]] = frozenset({"semanticScore"})
-
-    id: str
-    entity: str
-    text: str
-    tags: list[str]
-    keywords: list[str]
-    category: Category
-    createdAt: str
-    updatedAt: str
-    revision: int
-    score: float = Field(description="Orders this response only; higher ranks first.")
-    lexicalScore: float = Field(description="Share of the query's content words the memory holds, 0-1.")
-    semanticScore: float | None = Field(
-        description="Cosine similarity to the query, -1 to 1; null when no semantic ranker ran."
-    )
-    nearMiss: bool | None = Field(
-        default=None, description="Present and true only on near misses: a candidate to check, not an answer."
-    )
-
-
-class SearchResult(_DropNone):
-    """What search_memory returns."""
-
-    results: list[SearchHit]
-    total: int = Field(description="How many memories matched (near misses not counted).")
-    ranking: Literal["lexical", "hybrid"]
-    note: str | None = None
-
-
-class RevisionView(_DropNone):
-    """One revision in a memory's history."""
-
-    revision: int
-    change: str
-    updatedAt: str
-    deleted: bool
-    entity: str
-    text: str
-    tags: list[str]
-    keywords: list[str]
-    category: Category
-    reason: str | None = None
-
-
-class GetResult(_DropNone):
-    """What get_memory returns."""
-
-    memory: Memory
-    deleted: bool = Field(description="True when the memory is deleted (restore_memory undoes it).")
-    history: list[RevisionView] | None = Field(default=None, description="Every revision, oldest first.")
-    note: str | None = Field(
-        default=None, description="Present when newer revisions failed their integrity check."
-    )
-
-
-class ContextResult(BaseModel):
-    """What get_context returns."""
-
-    profile: list[Memory] = Field(description="Who the user is.")
-    preferences: list[Memory] = Field(description="What the user likes and how they want things done.")
-    recent: list[Memory] = Field(description="The most recently saved or corrected other memories.")
-    counts: dict[str, int] = Field(description="Memories per category.")
-    total: int
-    unreadable: list[str] = Field(
-        description="Ids of memories whose stored records all failed their integrity check."
-    )
-    olderRevision: list[str] = Field(
-        description="Ids of memories shown at an older revision: their newest failed its integrity check."
-    )
-
-
-class ChangeResult(BaseModel):
-    """What update_memory, delete_memory and restore_memory return."""
-
-    memory: Memory
-    deleted: bool
-    previousRevision: int
-
-
-class ListedMemory(Memory):
-    """A memory in list_memories, with whether it is deleted."""
-
-    deleted: bool
-
-
-class ListResult(BaseModel):
-    """What list_memories returns."""
-
-    memories: list[ListedMemory]
-    total: int = Field(description="How many memories pass the filters, across all pages.")
-    offset: int
-    limit: int
+@contextmanager
+def _as_tool_error() -> Iterator[None]:
+    """Turn a refused operation (unknown id, stale revision) into the agent's error message."""
+    try:
+        yield
+    except MemoryOperationError as error:
+        raise ToolError(str(error)) from None
 
 
 IdArg = Annotated[
@@ -196,9 +109,18 @@ CategoryArg = Annotated[
         "fact, project, note (months), event, task (weeks)."
     ),
 ]
-TagsFilter = Annotated[
-    list[str] | None, Field(description="Only memories carrying every one of these tags.", max_length=20)
-]
+# An input whose absence means something no value of its type can say: no filter on this field,
+# no change to it, no reason given. The schema shows the plain type, neither null nor a default,
+# because strict hosts mishandle `anyOf [T, null]` (some send such inputs as raw strings). An
+# explicit null is still accepted, as it was, for hosts that send one for every input left out.
+Unset = SkipJsonSchema[None]
+# The same bounds as save_memory's tags: a tag no memory can carry is refused, not searched for.
+TagsFilter = Annotated[Tags | Unset, Field(description="Only memories carrying every one of these tags.")]
+
+
+def _absent_means_unset(schema: dict[str, JsonValue]) -> None:
+    """Drop the `default: null` an Unset input would otherwise show."""
+    schema.pop("default", None)
 
 
 def _hit_view(memory: Revision, hit: RankedHit) -> SearchHit:
@@ -320,220 +242,330 @@ class SquirrelServer(MCPServer):
             raise
 
 
+def get_context(
+    context: ToolContext,
+    recent: Annotated[int, Field(ge=0, le=50, description="How many recent memories to include.")] = 10,
+) -> ContextResult:
+    """Start every session here: who the user is, their preferences, what changed lately.
+
+    Returns profile and preference memories, the most recent other memories and
+    counts by category. Then search_memory before answering a question about the user.
+    """
+    memories = context.store.current()
+
+    def first(count: int, wanted: Callable[[Revision], bool]) -> list[Memory]:
+        # Chosen before they are turned into views: a large vault must not pay for every one.
+        return [memory.memory() for memory in itertools.islice(filter(wanted, memories), count)]
+
+    counts = Counter[str](m.category for m in memories)
+    return ContextResult(
+        profile=first(50, lambda m: m.category == "profile"),
+        preferences=first(50, lambda m: m.category == "preference"),
+        recent=first(recent, lambda m: m.category not in ("profile", "preference")),
+        counts={category: counts[category] for category in HALF_LIFE_DAYS},
+        total=len(memories),
+        unreadable=context.store.unreadable_ids(),
+        olderRevision=context.store.older_revision_ids(),
+    )
+
+
+def search_memory(
+    context: ToolContext,
+    query: Annotated[
+        str, Field(min_length=1, max_length=1000, description="What to look for, in the user's words.")
+    ],
+    limit: Annotated[int, Field(ge=1, le=MAX_SEARCH_LIMIT, description="Most results to return.")] = 10,
+    category: Annotated[
+        Category | Unset,
+        Field(description="Only memories of this category.", json_schema_extra=_absent_means_unset),
+    ] = None,
+    tags: TagsFilter = [],  # noqa: B006
+    nearMisses: Annotated[
+        bool,
+        Field(
+            description="Also return up to 3 closest memories that did not match. Use once, on a "
+            "retry after an empty or unhelpful search; treat a near miss as a candidate to check."
+        ),
+    ] = False,
+) -> SearchResult:
+    """Search the user's memories before answering anything about them.
+
+    Hits come in rank order with absolute scores (lexicalScore, semanticScore); a
+    low score means lower confidence, not a wrong answer, so check low hits against
+    the question. If nothing fits, retry once with nearMisses: true.
+    """
+    return run_search(
+        context.store,
+        context.plugins,
+        query,
+        limit=limit,
+        category=category,
+        tags=tags,
+        near_misses=nearMisses,
+        now=datetime.now(UTC),
+    )
+
+
+def save_memory(
+    context: ToolContext,
+    text: Annotated[
+        MemoryText, Field(description="The memory: one fact, preference or event, self-contained.")
+    ],
+    entity: Annotated[
+        Entity,
+        Field(description="Who or what it is about, e.g. 'user', 'Anna (sister)', 'home network'."),
+    ] = "user",
+    category: CategoryArg = "note",
+    tags: Annotated[Tags, Field(description="Short labels, e.g. ['health', 'food'].")] = [],  # noqa: B006
+    keywords: Annotated[
+        Keywords, Field(description="Other words it should be found by: synonyms, names, abbreviations.")
+    ] = [],  # noqa: B006
+) -> SaveResult:
+    """Save a lasting memory about the user, encrypted.
+
+    Search first: if a memory already says this, correct it with update_memory
+    instead. Give an entity, tags and keywords so it is found again. The answer
+    lists memories the new one may duplicate.
+    """
+    saved = context.store.save(entity=entity, text=text, category=category, tags=tags, keywords=keywords)
+    duplicates = search.likely_duplicates(context.store.index, saved)
+    return SaveResult(
+        memory=saved.memory(),
+        possibleDuplicates=[
+            DuplicateHint(
+                id=d.memory.id, entity=d.memory.entity, text=d.memory.text, overlap=round(d.score, 3)
+            )
+            for d in duplicates
+        ],
+        note=(
+            "Similar memories exist. If one says the same thing, correct it with update_memory "
+            f"and delete this one with delete_memory(id='{saved.id}')."
+            if duplicates
+            else None
+        ),
+    )
+
+
+def update_memory(
+    context: ToolContext,
+    id: IdArg,
+    text: Annotated[
+        MemoryText | Unset, Field(description="The corrected text.", json_schema_extra=_absent_means_unset)
+    ] = None,
+    entity: Annotated[
+        Entity | Unset, Field(description="The corrected entity.", json_schema_extra=_absent_means_unset)
+    ] = None,
+    category: Annotated[
+        Category | Unset, Field(description="The corrected category.", json_schema_extra=_absent_means_unset)
+    ] = None,
+    # Absent keeps the tags; an empty list clears them: no default can say "keep".
+    tags: Annotated[
+        Tags | Unset,
+        Field(description="The new tags (replace the old ones).", json_schema_extra=_absent_means_unset),
+    ] = None,
+    keywords: Annotated[
+        Keywords | Unset,
+        Field(description="The new keywords (replace the old ones).", json_schema_extra=_absent_means_unset),
+    ] = None,
+    reason: Annotated[
+        Reason | Unset,
+        Field(description="Why it changed, kept in the history.", json_schema_extra=_absent_means_unset),
+    ] = None,
+    expectedRevision: Annotated[
+        Annotated[int, Field(ge=1)] | Unset,
+        Field(
+            description="The revision you read; the correction is refused if it changed since.",
+            json_schema_extra=_absent_means_unset,
+        ),
+    ] = None,
+) -> ChangeResult:
+    """Correct a memory: writes a new revision, the old one stays readable in its history.
+
+    Prefer this to saving a second memory that contradicts the first.
+    """
+    changes: dict[str, object] = {
+        key: value
+        for key, value in (
+            ("text", text),
+            ("entity", entity),
+            ("category", category),
+            ("tags", tags),
+            ("keywords", keywords),
+        )
+        if value is not None
+    }
+    if not changes:
+        raise ToolError("nothing to change: give at least one of text, entity, category, tags, keywords")
+    with _as_tool_error():
+        revision = context.store.update(
+            id, changes=changes, reason=reason, expected_revision=expectedRevision
+        )
+    return ChangeResult(memory=revision.memory(), deleted=False, previousRevision=revision.revision - 1)
+
+
+def get_memory(
+    context: ToolContext,
+    id: IdArg,
+    history: Annotated[bool, Field(description="Also return every earlier revision.")] = False,
+) -> GetResult:
+    """Read one memory by id, optionally with its full history of corrections."""
+    with _as_tool_error():
+        latest = context.store.get(id)
+        skipped = context.store.unreadable_above(id)
+        revisions = context.store.history(id) if history else None
+    return GetResult(
+        memory=latest.memory(),
+        deleted=latest.deleted,
+        history=None if revisions is None else [_revision_view(r) for r in revisions],
+        note=(
+            f"Revision {', '.join(map(str, skipped))} of this memory failed its integrity check "
+            f"(damaged or tampered with), so this is revision {latest.revision}, the newest readable "
+            f"one. A correction or delete writes revision {skipped[-1] + 1} on top of it."
+            if skipped
+            else None
+        ),
+    )
+
+
+def delete_memory(
+    context: ToolContext,
+    id: IdArg,
+    reason: Annotated[
+        Reason | Unset,
+        Field(description="Why it is deleted, kept in the history.", json_schema_extra=_absent_means_unset),
+    ] = None,
+) -> ChangeResult:
+    """Forget a memory: it stops appearing in search and context; restore_memory undoes this.
+
+    Nothing is erased: the delete is a tombstone revision, the memory and its
+    history stay in the vault, and restore_memory brings it back as it was.
+    """
+    with _as_tool_error():
+        revision = context.store.delete(id, reason=reason)
+    return ChangeResult(memory=revision.memory(), deleted=True, previousRevision=revision.revision - 1)
+
+
+def restore_memory(context: ToolContext, id: IdArg) -> ChangeResult:
+    """Undo delete_memory: the memory comes back as it was."""
+    with _as_tool_error():
+        revision = context.store.restore(id)
+    return ChangeResult(memory=revision.memory(), deleted=False, previousRevision=revision.revision - 1)
+
+
+def list_memories(
+    context: ToolContext,
+    category: Annotated[
+        Category | Unset,
+        Field(description="Only memories of this category.", json_schema_extra=_absent_means_unset),
+    ] = None,
+    tags: TagsFilter = [],  # noqa: B006
+    entity: Annotated[
+        Entity | Unset,
+        Field(
+            description="Only memories about this entity (ignoring case).",
+            json_schema_extra=_absent_means_unset,
+        ),
+    ] = None,
+    includeDeleted: Annotated[bool, Field(description="Also list deleted memories.")] = False,
+    offset: Annotated[int, Field(ge=0, le=1_000_000, description="How many to skip (paging).")] = 0,
+    limit: Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT, description="Page size.")] = 20,
+) -> ListResult:
+    """List memories, most recently changed first, with filters and paging."""
+    matching = [
+        m
+        for m in context.store.current(include_deleted=includeDeleted)
+        if (category is None or m.category == category)
+        and _has_tags(m, tags)
+        and (entity is None or m.entity.casefold() == entity.casefold())
+    ]
+    page = matching[offset : offset + limit]
+    return ListResult(
+        memories=[ListedMemory(**m.memory().model_dump(), deleted=m.deleted) for m in page],
+        total=len(matching),
+        offset=offset,
+        limit=limit,
+    )
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool as registered: its function, the title a host shows, and its hints to the host."""
+
+    function: Callable[Concatenate[ToolContext, ...], object]
+    title: str
+    annotations: ToolAnnotations
+
+
+# Every tool works on the user's own vault only, so none is open-world. None is destructive:
+# a save adds a memory, a correction keeps the old revision in the history, a delete writes a
+# tombstone that restore_memory undoes; nothing is ever erased. Repeating a delete or a restore
+# with the same id changes nothing more (the second is refused: already deleted, not deleted),
+# so both are idempotent; a second save adds a second memory and a second identical correction
+# a second revision, so those are not.
+READS = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+ADDS = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
+TOGGLES = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+
+# The tools in the order tools/list shows them.
+TOOLS = (
+    ToolSpec(get_context, "Get the user's context", READS),
+    ToolSpec(search_memory, "Search memories", READS),
+    ToolSpec(save_memory, "Save a memory", ADDS),
+    ToolSpec(update_memory, "Correct a memory", ADDS),
+    ToolSpec(get_memory, "Read a memory", READS),
+    ToolSpec(delete_memory, "Delete a memory (restorable)", TOGGLES),
+    ToolSpec(restore_memory, "Restore a deleted memory", TOGGLES),
+    ToolSpec(list_memories, "List memories", READS),
+)
+SKILL_NAME = "squirrel-notes"
+
+
+def skill() -> str:
+    """The agent skill: the habits that make this memory useful (start with get_context, ...)."""
+    return (resources.files("squirrel_mcp") / "skill" / "SKILL.md").read_text(encoding="utf-8")
+
+
+def _bind(tool: Callable[Concatenate[ToolContext, P], R], context: ToolContext) -> Callable[P, R]:
+    """The tool with its context filled in, so its signature shows only the agent's arguments."""
+    bound = functools.partial(tool, context)
+    # The SDK names the tool and its argument model after `__name__`, which a partial lacks;
+    # functools.update_wrapper would also set `__wrapped__`, whose signature shows the context.
+    bound.__name__ = tool.__name__  # type: ignore[attr-defined]
+    return bound
+
+
 def create_server(store: MemoryStore, plugins: PluginHost | None = None) -> MCPServer:
     """The MCP server with every tool bound to an unlocked memory store.
 
     `plugins` ranks search hits; without it only the built-in lexical ranker does.
     The tools and their schemas are the same whatever plugins are installed.
     """
-    host = plugins or PluginHost(get_plugin_manager())
+    context = ToolContext(store, plugins or PluginHost(get_plugin_manager()))
     server: MCPServer = SquirrelServer(
         name="squirrel-mcp", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING"
     )
-
-    def guarded(operation: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return operation(*args, **kwargs)
-        except MemoryOperationError as error:
-            raise ToolError(str(error)) from None
-
-    @server.tool()
-    def get_context(
-        recent: Annotated[int, Field(ge=0, le=50, description="How many recent memories to include.")] = 10,
-    ) -> ContextResult:
-        """Start every session here: who the user is, their preferences, what changed lately.
-
-        Returns profile and preference memories, the most recent other memories and
-        counts by category. Then search_memory before answering a question about the user.
-        """
-        memories = store.current()
-
-        def first(count: int, wanted: Callable[[Revision], bool]) -> list[Memory]:
-            # Chosen before they are turned into views: a large vault must not pay for every one.
-            return [memory.memory() for memory in itertools.islice(filter(wanted, memories), count)]
-
-        counts = Counter[str](m.category for m in memories)
-        return ContextResult(
-            profile=first(50, lambda m: m.category == "profile"),
-            preferences=first(50, lambda m: m.category == "preference"),
-            recent=first(recent, lambda m: m.category not in ("profile", "preference")),
-            counts={category: counts[category] for category in HALF_LIFE_DAYS},
-            total=len(memories),
-            unreadable=store.unreadable_ids(),
-            olderRevision=store.older_revision_ids(),
+    for tool in TOOLS:
+        server.add_tool(
+            _bind(tool.function, context),
+            title=tool.title,
+            description=inspect.cleandoc(tool.function.__doc__ or ""),
+            annotations=tool.annotations,
         )
-
-    @server.tool()
-    def search_memory(
-        query: Annotated[
-            str, Field(min_length=1, max_length=1000, description="What to look for, in the user's words.")
-        ],
-        limit: Annotated[int, Field(ge=1, le=MAX_SEARCH_LIMIT, description="Most results to return.")] = 10,
-        category: Annotated[Category | None, Field(description="Only memories of this category.")] = None,
-        tags: TagsFilter = None,
-        nearMisses: Annotated[
-            bool,
-            Field(
-                description="Also return up to 3 closest memories that did not match. Use once, on a "
-                "retry after an empty or unhelpful search; treat a near miss as a candidate to check."
-            ),
-        ] = False,
-    ) -> SearchResult:
-        """Search the user's memories before answering anything about them.
-
-        Hits come in rank order with absolute scores (lexicalScore, semanticScore); a
-        low score means lower confidence, not a wrong answer, so check low hits against
-        the question. If nothing fits, retry once with nearMisses: true.
-        """
-        return run_search(
-            store,
-            host,
-            query,
-            limit=limit,
-            category=category,
-            tags=tags,
-            near_misses=nearMisses,
-            now=datetime.now(UTC),
+    server.add_prompt(
+        Prompt.from_function(
+            skill,
+            name=SKILL_NAME,
+            title="How to use this memory",
+            description="The agent skill: start with get_context, search before answering, retry "
+            "once with nearMisses, save memories that will be found again, correct rather than duplicate.",
         )
-
-    @server.tool()
-    def save_memory(
-        text: Annotated[
-            MemoryText, Field(description="The memory: one fact, preference or event, self-contained.")
-        ],
-        entity: Annotated[
-            Entity,
-            Field(description="Who or what it is about, e.g. 'user', 'Anna (sister)', 'home network'."),
-        ] = "user",
-        category: CategoryArg = "note",
-        tags: Annotated[Tags, Field(description="Short labels, e.g. ['health', 'food'].")] = [],  # noqa: B006
-        keywords: Annotated[
-            Keywords, Field(description="Other words it should be found by: synonyms, names, abbreviations.")
-        ] = [],  # noqa: B006
-    ) -> SaveResult:
-        """Save a lasting memory about the user, encrypted.
-
-        Search first: if a memory already says this, correct it with update_memory
-        instead. Give an entity, tags and keywords so it is found again. The answer
-        lists memories the new one may duplicate.
-        """
-        saved = store.save(entity=entity, text=text, category=category, tags=tags, keywords=keywords)
-        duplicates = search.likely_duplicates(store.index, saved)
-        return SaveResult(
-            memory=saved.memory(),
-            possibleDuplicates=[
-                DuplicateHint(
-                    id=d.memory.id, entity=d.memory.entity, text=d.memory.text, overlap=round(d.score, 3)
-                )
-                for d in duplicates
-            ],
-            note=(
-                "Similar memories exist. If one says the same thing, correct it with update_memory "
-                f"and delete this one with delete_memory(id='{saved.id}')."
-                if duplicates
-                else None
-            ),
-        )
-
-    @server.tool()
-    def update_memory(
-        id: IdArg,
-        text: Annotated[MemoryText | None, Field(description="The corrected text.")] = None,
-        entity: Annotated[Entity | None, Field(description="The corrected entity.")] = None,
-        category: Annotated[Category | None, Field(description="The corrected category.")] = None,
-        tags: Annotated[Tags | None, Field(description="The new tags (replace the old ones).")] = None,
-        keywords: Annotated[
-            Keywords | None, Field(description="The new keywords (replace the old ones).")
-        ] = None,
-        reason: Annotated[Reason | None, Field(description="Why it changed, kept in the history.")] = None,
-        expectedRevision: Annotated[
-            int | None,
-            Field(ge=1, description="The revision you read; the correction is refused if it changed since."),
-        ] = None,
-    ) -> ChangeResult:
-        """Correct a memory: writes a new revision, the old one stays readable in its history.
-
-        Prefer this to saving a second memory that contradicts the first.
-        """
-        changes = {
-            key: value
-            for key, value in (
-                ("text", text),
-                ("entity", entity),
-                ("category", category),
-                ("tags", tags),
-                ("keywords", keywords),
-            )
-            if value is not None
-        }
-        if not changes:
-            raise ToolError("nothing to change: give at least one of text, entity, category, tags, keywords")
-        revision = guarded(
-            store.update, id, changes=changes, reason=reason, expected_revision=expectedRevision
-        )
-        return ChangeResult(memory=revision.memory(), deleted=False, previousRevision=revision.revision - 1)
-
-    @server.tool()
-    def get_memory(
-        id: IdArg,
-        history: Annotated[bool, Field(description="Also return every earlier revision.")] = False,
-    ) -> GetResult:
-        """Read one memory by id, optionally with its full history of corrections."""
-        latest = guarded(store.get, id)
-        skipped = store.unreadable_above(id)
-        return GetResult(
-            memory=latest.memory(),
-            deleted=latest.deleted,
-            history=[_revision_view(r) for r in guarded(store.history, id)] if history else None,
-            note=(
-                f"Revision {', '.join(map(str, skipped))} of this memory failed its integrity check "
-                f"(damaged or tampered with), so this is revision {latest.revision}, the newest readable "
-                f"one. A correction or delete writes revision {skipped[-1] + 1} on top of it."
-                if skipped
-                else None
-            ),
-        )
-
-    @server.tool()
-    def delete_memory(
-        id: IdArg,
-        reason: Annotated[Reason | None, Field(description="Why it is deleted, kept in the history.")] = None,
-    ) -> ChangeResult:
-        """Forget a memory. It stops appearing in search; restore_memory undoes this."""
-        revision = guarded(store.delete, id, reason=reason)
-        return ChangeResult(memory=revision.memory(), deleted=True, previousRevision=revision.revision - 1)
-
-    @server.tool()
-    def restore_memory(id: IdArg) -> ChangeResult:
-        """Undo delete_memory: the memory comes back as it was."""
-        revision = guarded(store.restore, id)
-        return ChangeResult(memory=revision.memory(), deleted=False, previousRevision=revision.revision - 1)
-
-    @server.tool()
-    def list_memories(
-        category: Annotated[Category | None, Field(description="Only memories of this category.")] = None,
-        tags: TagsFilter = None,
-        entity: Annotated[
-            Entity | None, Field(description="Only memories about this entity (ignoring case).")
-        ] = None,
-        includeDeleted: Annotated[bool, Field(description="Also list deleted memories.")] = False,
-        offset: Annotated[int, Field(ge=0, le=1_000_000, description="How many to skip (paging).")] = 0,
-        limit: Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT, description="Page size.")] = 20,
-    ) -> ListResult:
-        """List memories, most recently changed first, with filters and paging."""
-        matching = [
-            m
-            for m in store.current(include_deleted=includeDeleted)
-            if (category is None or m.category == category)
-            and _has_tags(m, tags)
-            and (entity is None or m.entity.casefold() == entity.casefold())
-        ]
-        page = matching[offset : offset + limit]
-        return ListResult(
-            memories=[ListedMemory(**m.memory().model_dump(), deleted=m.deleted) for m in page],
-            total=len(matching),
-            offset=offset,
-            limit=limit,
-        )
-
+    )
+    # The SDK serves resources on every server; this one has none, so it neither serves
+    # nor announces them (capabilities are derived from the methods served).
+    for method in [m for m in server._lowlevel_server._request_handlers if m.startswith("resources/")]:
+        del server._lowlevel_server._request_handlers[method]
     return server

@@ -42,7 +42,8 @@ from squirrel_mcp.config import Config
 from squirrel_mcp.memories import MemoryStore
 from squirrel_mcp.models import Revision
 from squirrel_mcp.plugins import PluginHost, get_plugin_manager
-from squirrel_mcp.server import MAX_SEARCH_LIMIT, SearchResult, run_search
+from squirrel_mcp.results import SearchResult
+from squirrel_mcp.server import MAX_SEARCH_LIMIT, run_search
 from squirrel_mcp.text.tokens import fold
 from squirrel_mcp_embeddings import plugin, vectors
 

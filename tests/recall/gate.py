@@ -30,7 +30,8 @@ from typing import Any
 from squirrel_mcp.config import Config
 from squirrel_mcp.memories import MemoryStore
 from squirrel_mcp.plugins import PluginHost, get_plugin_manager, load_plugins
-from squirrel_mcp.server import MAX_SEARCH_LIMIT, SearchResult, run_search
+from squirrel_mcp.results import SearchResult
+from squirrel_mcp.server import MAX_SEARCH_LIMIT, run_search
 from squirrel_mcp.storage.local import LocalVault
 from tests.recall.corpus import CORPUS, NOW, SETS, TOP, measure, revision
 

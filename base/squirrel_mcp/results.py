@@ -1,0 +1,143 @@
+"""What the tools return: the structured outputs an agent reads, one Pydantic model per answer.
+
+Field names are camelCase because that is what agents see; the field
+descriptions become the tools' output schemas.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
+
+from squirrel_mcp.models import Category, Memory
+
+
+class _DropNone(BaseModel):
+    """A model whose optional keys are left out of the output when they are None."""
+
+    @model_serializer(mode="wrap")
+    def _drop_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        return {key: value for key, value in data.items() if value is not None or key in self._keep}
+
+    # Keys that stay even when None (semanticScore is null without a semantic ranker).
+    _keep: ClassVar[frozenset[str]] = frozenset()
+
+
+class DuplicateHint(BaseModel):
+    """A memory the new one may repeat."""
+
+    id: str
+    entity: str
+    text: str
+    overlap: float = Field(description="Share of words the two memories have in common, 0-1.")
+
+
+class SaveResult(_DropNone):
+    """What save_memory returns."""
+
+    memory: Memory
+    possibleDuplicates: list[DuplicateHint] = Field(
+        description="Memories that may say the same thing. If one does, correct it with "
+        "update_memory and delete the new one, rather than keep both."
+    )
+    note: str | None = None
+
+
+class SearchHit(_DropNone):
+    """A memory found by search_memory, with its scores."""
+
+    _keep: ClassVar[frozenset[str]] = frozenset({"semanticScore"})
+
+    id: str
+    entity: str
+    text: str
+    tags: list[str]
+    keywords: list[str]
+    category: Category
+    createdAt: str
+    updatedAt: str
+    revision: int
+    score: float = Field(description="Orders this response only; higher ranks first.")
+    lexicalScore: float = Field(description="Share of the query's content words the memory holds, 0-1.")
+    semanticScore: float | None = Field(
+        description="Cosine similarity to the query, -1 to 1; null when no semantic ranker ran."
+    )
+    nearMiss: bool | None = Field(
+        default=None, description="Present and true only on near misses: a candidate to check, not an answer."
+    )
+
+
+class SearchResult(_DropNone):
+    """What search_memory returns."""
+
+    results: list[SearchHit]
+    total: int = Field(description="How many memories matched (near misses not counted).")
+    ranking: Literal["lexical", "hybrid"]
+    note: str | None = None
+
+
+class RevisionView(_DropNone):
+    """One revision in a memory's history."""
+
+    revision: int
+    change: str
+    updatedAt: str
+    deleted: bool
+    entity: str
+    text: str
+    tags: list[str]
+    keywords: list[str]
+    category: Category
+    reason: str | None = None
+
+
+class GetResult(_DropNone):
+    """What get_memory returns."""
+
+    memory: Memory
+    deleted: bool = Field(description="True when the memory is deleted (restore_memory undoes it).")
+    history: list[RevisionView] | None = Field(default=None, description="Every revision, oldest first.")
+    note: str | None = Field(
+        default=None, description="Present when newer revisions failed their integrity check."
+    )
+
+
+class ContextResult(BaseModel):
+    """What get_context returns."""
+
+    profile: list[Memory] = Field(description="Who the user is.")
+    preferences: list[Memory] = Field(description="What the user likes and how they want things done.")
+    recent: list[Memory] = Field(description="The most recently saved or corrected other memories.")
+    counts: dict[str, int] = Field(description="Memories per category.")
+    total: int
+    unreadable: list[str] = Field(
+        description="Ids of memories whose stored records all failed their integrity check."
+    )
+    olderRevision: list[str] = Field(
+        description="Ids of memories shown at an older revision: their newest failed its integrity check."
+    )
+
+
+class ChangeResult(BaseModel):
+    """What update_memory, delete_memory and restore_memory return."""
+
+    memory: Memory
+    deleted: bool
+    previousRevision: int
+
+
+class ListedMemory(Memory):
+    """A memory in list_memories, with whether it is deleted."""
+
+    deleted: bool
+
+
+class ListResult(BaseModel):
+    """What list_memories returns."""
+
+    memories: list[ListedMemory]
+    total: int = Field(description="How many memories pass the filters, across all pages.")
+    offset: int
+    limit: int
