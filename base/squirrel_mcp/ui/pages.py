@@ -21,6 +21,11 @@ from squirrel_mcp.ui.html import Html, html, join
 # The fields a correction can change, in the order the forms and the history show them.
 FIELDS = ("text", "entity", "category", "tags", "keywords")
 CATEGORIES = tuple(HALF_LIFE_DAYS)
+# What a revision that changed no field did.
+UNCHANGED = {
+    "deleted": "Deleted: search and the agent stopped seeing it; its content stayed as it was.",
+    "restored": "Restored as it was before the delete.",
+}
 
 
 @cache
@@ -265,7 +270,9 @@ def _changes(previous: Revision | None, revision: Revision) -> Html:
                 )
             )
     if not rows:
-        return Html('<p class="unchanged">No field changed.</p>')
+        return html(
+            '<p class="unchanged">{what}</p>', what=UNCHANGED.get(revision.change, "No field changed.")
+        )
     return html(
         '<table class="diff"><thead><tr><th>field</th><th>before</th><th>after</th></tr></thead>'
         "<tbody>{rows}</tbody></table>",
