@@ -15,7 +15,7 @@ from urllib.parse import quote, urlencode
 import pytest
 from mcp import Client
 
-from tests.conftest import call, server_params
+from tests.conftest import call, run_cli, server_params
 from tests.ui_support import create_vault, library, running_ui, save
 
 SECRET_TEXT = "The spare key hides under the blue flowerpot"
@@ -273,9 +273,14 @@ def test_ctrl_c_stops_it_and_a_wrong_passphrase_is_one_line(
     create_vault(vault_env)
     with running_ui(vault_env, tmp_path) as ui:
         assert ui.request("GET", "/")[0] == 401
+        # A port already taken: one line naming it.
+        taken = run_cli(vault_env, "ui", "--no-browser", "--port", str(ui.port))
+        assert taken.returncode == 1
+        assert taken.stdout == b""
+        assert taken.stderr.decode().strip() == (
+            f"squirrel-mcp: cannot listen on 127.0.0.1:{ui.port} (Address already in use); try another --port"
+        )
     # running_ui stopped it with SIGINT and checked the exit status and stderr.
-    from tests.conftest import run_cli
-
     wrong = {**vault_env, "SQUIRREL_PASSPHRASE": "not the passphrase at all"}
     result = run_cli(wrong, "ui", "--no-browser")
     assert result.returncode == 1

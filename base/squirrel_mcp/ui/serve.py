@@ -14,6 +14,7 @@ from typing import TextIO
 
 import uvicorn
 
+from squirrel_mcp.config import ConfigError
 from squirrel_mcp.memories import MemoryStore
 from squirrel_mcp.plugins import PluginHost
 from squirrel_mcp.ui.app import create_app
@@ -27,12 +28,20 @@ GRACEFUL_SHUTDOWN = 3
 def listen(port: int) -> socket.socket:
     """A socket listening on 127.0.0.1:`port` (0: a free port), made here so the port is known at once."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # So a fixed --port can be reused at once after Ctrl-C (its old connections linger in
+    # TIME_WAIT); on Linux and macOS it does not let two pages listen on one port. On
+    # Windows it would (another program could take the port over), so not there.
+    if sys.platform != "win32":
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((LOOPBACK, port))
         sock.listen(128)
-    except OSError:
+    except OSError as error:
         sock.close()
-        raise
+        # The command line's one-line error, not "Address already in use: None".
+        raise ConfigError(
+            f"cannot listen on {LOOPBACK}:{port} ({error.strerror}); try another --port"
+        ) from None
     return sock
 
 
