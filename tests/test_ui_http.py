@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
 import pytest
 from mcp import Client
 
-from tests.conftest import call, run_cli, server_params
+from tests.conftest import call, needs_model, run_cli, server_params
 from tests.ui_support import create_vault, library, running_ui, save
 
 SECRET_TEXT = "The spare key hides under the blue flowerpot"
@@ -286,3 +287,26 @@ def test_ctrl_c_stops_it_and_a_wrong_passphrase_is_one_line(
     assert result.returncode == 1
     assert result.stdout == b""
     assert len(result.stderr.decode().strip().splitlines()) == 1
+
+
+@needs_model
+def test_search_is_hybrid_with_the_embeddings_plugin(vault_env: dict[str, str], tmp_path: Path) -> None:
+    """With the plugin the page ranks as the server does: by meaning too, each hit with its semanticScore."""
+    create_vault(vault_env)
+    with library(vault_env) as store:
+        save(store, "Allergic to penicillin since childhood", category="profile", tags=["health"])
+        save(store, SECRET_TEXT, entity="home", tags=["house"])
+    env = {**vault_env, "SQUIRREL_MCP_PLUGINS": "embeddings"}
+    with running_ui(env, tmp_path) as ui:
+        session = {"Cookie": ui.login()}
+        query = "/search?" + urlencode({"q": "antibiotic allergy"})
+        # The model loads in the background (search is lexical until then): ask again, 120 s at most.
+        deadline = time.monotonic() + 120
+        page = ui.request("GET", query, headers=session)[2]
+        while 'id="ranking">hybrid<' not in page and time.monotonic() < deadline:
+            time.sleep(0.5)
+            page = ui.request("GET", query, headers=session)[2]
+        assert 'id="ranking">hybrid<' in page
+        first = page.index('<li class="card"')
+        assert "penicillin" in page[first : first + 600]
+        assert re.search(r'class="semantic">-?\d\.\d{3}<', page)
