@@ -172,6 +172,12 @@ def test_the_distributions_carry_licence_readme_and_pass_twine(dist: Path) -> No
         assert "License-Expression: MIT" in metadata and "Requires-Python: >=3.11" in metadata
         assert "Project-URL: Source, " in metadata and "Description-Content-Type: text/markdown" in metadata
         figure(f"{wheel.name}: {wheel.stat().st_size / 1e6:.1f} MB")
+    # The page of `squirrel-mcp ui` reads its template and static files from the package.
+    (base,) = dist.glob("squirrel_mcp-*.whl")
+    with zipfile.ZipFile(base) as archive:
+        assert {"templates/page.html", "static/ui.css", "static/ui.js"} <= {
+            n.removeprefix("squirrel_mcp/ui/") for n in archive.namelist()
+        }
     (plugin,) = dist.glob("squirrel_mcp_embeddings-*.whl")
     with zipfile.ZipFile(plugin) as archive:
         names = set(archive.namelist())
