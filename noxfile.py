@@ -45,6 +45,7 @@ LOCK_FLAGS = [
     "-q",
 ]
 POSTGRES_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".ci", "postgres")
+CHROMIUM_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".ci", "chromium")
 
 
 def install_project(session: nox.Session, *locks: str) -> None:
@@ -101,6 +102,18 @@ def postgres_for_tests(session: nox.Session) -> Iterator[None]:
         subprocess.run([POSTGRES_SCRIPT, "stop", exported["SQUIRREL_TEST_POSTGRES_DIR"]], check=False)
 
 
+def chromium_for_tests(session: nox.Session) -> None:
+    """Debian's chromium for the browser test (.ci/chromium); without it that test skips, saying why.
+
+    Unless SQUIRREL_TEST_BROWSER_REQUIRED=1 (set by .ci/run): then a missing browser is an error.
+    """
+    if subprocess.run([CHROMIUM_SCRIPT], check=False).returncode == 0:
+        return
+    if os.environ.get("SQUIRREL_TEST_BROWSER_REQUIRED") == "1":
+        session.error("could not install chromium for the browser test (.ci/chromium failed)")
+    session.warn("no chromium for the browser test: it will be skipped")
+
+
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """Lint, type-check and run every test (the model is fetched first, so its tests run)."""
@@ -108,6 +121,7 @@ def tests(session: nox.Session) -> None:
     fetch_model_files(session)
     install_project(session)
     run_lint(session)
+    chromium_for_tests(session)
     with postgres_for_tests(session):
         session.run("pytest", *session.posargs)
     run_recall(session)

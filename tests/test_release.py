@@ -174,8 +174,13 @@ def test_the_distributions_carry_licence_readme_and_pass_twine(dist: Path) -> No
         figure(f"{wheel.name}: {wheel.stat().st_size / 1e6:.1f} MB")
     (base,) = dist.glob("squirrel_mcp-*.whl")
     with zipfile.ZipFile(base) as archive:
-        # The agent skill, which the server serves as its squirrel-notes prompt.
-        assert "squirrel_mcp/skill/SKILL.md" in archive.namelist()
+        names = set(archive.namelist())
+    # The agent skill, which the server serves as its squirrel-notes prompt, and the
+    # page of `squirrel-mcp ui`, which reads its template and static files from the package.
+    assert "squirrel_mcp/skill/SKILL.md" in names
+    assert {"templates/page.html", "static/ui.css", "static/ui.js"} <= {
+        name.removeprefix("squirrel_mcp/ui/") for name in names
+    }
     (plugin,) = dist.glob("squirrel_mcp_embeddings-*.whl")
     with zipfile.ZipFile(plugin) as archive:
         names = set(archive.namelist())

@@ -5,6 +5,7 @@
                             on a sync server) and print a client config block
     squirrel-mcp export     every memory with its history, as JSON (-o FILE; --force replaces FILE)
     squirrel-mcp import F   add an export's memories (safe to repeat)
+    squirrel-mcp ui         a page on 127.0.0.1 to see, search, correct and forget memories
     squirrel-mcp --version
 
 Errors a user can cause (no passphrase, wrong passphrase, no vault) print one
@@ -292,6 +293,26 @@ def cmd_serve(config: Config, pm: pluggy.PluginManager) -> int:
     return 0
 
 
+def cmd_ui(args: argparse.Namespace, pm: pluggy.PluginManager | None) -> int:
+    """Unlock the account, then serve the memories' page on 127.0.0.1 until Ctrl-C."""
+    from squirrel_mcp.plugins import PluginHost
+    from squirrel_mcp.ui.serve import serve
+
+    config = Config.from_env()
+    store = open_store(config, create=False)
+    if pm is None:
+        pm = get_plugin_manager()
+        load_plugins(pm)
+    host = PluginHost(pm)
+    # The same plugins as the server, so search ranks as the agent's does.
+    host.start(config, store)
+    try:
+        serve(store, host, where=_where(config), port=args.port, open_browser=not args.no_browser)
+    finally:
+        host.shutdown()
+    return 0
+
+
 def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentParser:
     """The command line's parser, with the subcommands the plugins of `pm` add."""
     parser = argparse.ArgumentParser(
@@ -311,6 +332,10 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
     export.add_argument("--force", action="store_true", help="replace the output file if it exists")
     imported = commands.add_parser("import", help="add the memories of an export file (safe to repeat)")
     imported.add_argument("file", help="an export file, or - for stdin")
+    ui = commands.add_parser("ui", help="a page on 127.0.0.1 to see, search, correct and forget memories")
+    ui.add_argument("--port", type=int, default=0, help="the port to serve on (default: a free one)")
+    ui.add_argument("--no-browser", action="store_true", help="print the address, do not open a browser")
+    ui.set_defaults(run=lambda args: cmd_ui(args, pm))
     if pm is not None:
         register_commands(pm, commands)
     return parser

@@ -1,0 +1,283 @@
+"""The page's routes, on the same MemoryStore and plugins as the MCP server.
+
+Reads pull what other processes appended first (the store does that on every
+call), so a server running on the same vault and this page see each other's
+writes at their next request. A correction names the revision its form was
+rendered from: when the memory changed since, the store refuses it and the
+page says to reload, so two corrections of one memory never both land.
+
+The store's calls block (SQLite, the sync server, scrypt-free but not instant),
+so they run in Starlette's thread pool, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cache
+from importlib.resources import files
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from squirrel_mcp.memories import ConflictError, MemoryOperationError, MemoryStore, UnknownMemoryError
+from squirrel_mcp.models import HALF_LIFE_DAYS, Revision
+from squirrel_mcp.plugins import PluginHost
+from squirrel_mcp.server import run_search
+from squirrel_mcp.storage import StorageError
+from squirrel_mcp.transfer import export_json
+from squirrel_mcp.ui import forms, pages
+from squirrel_mcp.ui.forms import FormError
+from squirrel_mcp.ui.html import Html
+
+STATIC = {
+    "ui.css": "text/css; charset=utf-8",
+    "ui.js": "text/javascript; charset=utf-8",
+    "icon.svg": "image/svg+xml",
+}
+# What the memory page says after a change; the redirect names one of these, never free text.
+MEMORY_ID = re.compile(r"[0-9a-f]{16}")
+NOTICES = {
+    "corrected": "Saved: the correction is the newest revision.",
+    "deleted": "Deleted. Restore it below if that was a mistake.",
+    "restored": "Restored: search and the agent see it again.",
+}
+
+
+@cache
+def _static(name: str) -> bytes:
+    return (files("squirrel_mcp.ui") / "static" / name).read_bytes()
+
+
+@dataclass
+class Page:
+    """The routes' shared state: the unlocked store, the plugins, and where the memories live."""
+
+    store: MemoryStore
+    host: PluginHost
+    where: str
+
+    def render(self, title: str, body: Html, *, status: int = 200, query: str = "") -> HTMLResponse:
+        """A whole HTML page."""
+        return HTMLResponse(pages.layout(title, body, where=self.where, query=query), status_code=status)
+
+    # Reading ------------------------------------------------------------------
+
+    def list_memories(self, request: Request) -> Response:
+        """GET /: the memories with the list tool's filters and paging, and counts by category."""
+        params = dict(request.query_params)
+        problems: list[tuple[str, str]] = []
+        try:
+            filters = forms.list_filters(params)
+        except FormError as error:
+            filters, problems = forms.ListFilters(), error.problems
+        everything = self.store.current(include_deleted=True)
+        live = [memory for memory in everything if not memory.deleted]
+        by_category = Counter[str](memory.category for memory in live)
+        counts = pages.Counts(
+            {category: by_category[category] for category in HALF_LIFE_DAYS},
+            deleted=len(everything) - len(live),
+            unreadable=self.store.unreadable_ids(),
+        )
+        matching = [m for m in (everything if filters.deleted else live) if filters.accepts(m)]
+        shown = matching[filters.offset : filters.offset + filters.limit]
+        body = pages.list_page(shown, len(matching), filters, counts, problems)
+        return self.render("Memories", body, status=400 if problems else 200)
+
+    def search(self, request: Request) -> Response:
+        """GET /search: the search_memory tool's answer, with its scores."""
+        params = dict(request.query_params)
+        if "q" not in params:
+            return self.render("Search", pages.search_page(forms.SearchForm(), None, []))
+        try:
+            form = forms.search_form(params)
+        except FormError as error:
+            empty = forms.SearchForm(query=params.get("q", "")[: forms.MAX_QUERY])
+            return self.render("Search", pages.search_page(empty, None, error.problems), status=400)
+        result = run_search(
+            self.store,
+            self.host,
+            form.query,
+            limit=form.limit,
+            category=form.category,
+            tags=list(form.tags) or None,
+            near_misses=form.near_misses,
+            now=datetime.now(UTC),
+        )
+        return self.render("Search", pages.search_page(form, result, []), query=form.query)
+
+    def show(self, request: Request) -> Response:
+        """GET /memory/{id}: the memory, its forms and its full history."""
+        memory_id = _memory_id(request)
+        notice = NOTICES.get(request.query_params.get("done", ""))
+        return self._memory(memory_id, notice=notice)
+
+    def _memory(
+        self,
+        memory_id: str,
+        *,
+        notice: str | None = None,
+        problems: list[tuple[str, str]] | None = None,
+        values: dict[str, str] | None = None,
+        form_revision: int | None = None,
+        status: int = 200,
+    ) -> Response:
+        """The memory page; with `problems`, the form that caused them comes back with `values`."""
+        latest = self.store.get(memory_id)
+        view = pages.MemoryView(
+            latest=latest,
+            history=self.store.history(memory_id),
+            unreadable_above=self.store.unreadable_above(memory_id),
+            values=values,
+            problems=problems or [],
+            notice=notice,
+            form_revision=form_revision,
+        )
+        return self.render(latest.entity, pages.memory_page(view), status=status)
+
+    def show_problems(self, memory_id: str, problems: list[tuple[str, str]]) -> Response:
+        """The memory page with a form's problems (a body that is no form of this page)."""
+        return self._memory(memory_id, problems=problems, status=400)
+
+    def export(self, request: Request) -> Response:
+        """GET /export: every memory with its history as JSON, like `squirrel-mcp export`."""
+        export = export_json(self.store)
+        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+        return Response(
+            export.data,
+            media_type="application/json",
+            headers={
+                "content-disposition": f'attachment; filename="squirrel-mcp-export-{stamp}.json"',
+                # How many memories lack revisions that could not be read; their ids are in the terminal.
+                "x-squirrel-export-gaps": str(len(export.gaps)),
+            },
+        )
+
+    # Writing ------------------------------------------------------------------
+
+    def correct(self, memory_id: str, form: dict[str, str]) -> Response:
+        """POST /memory/{id}/correct: a new revision with the changed fields and the reason."""
+        latest = self.store.get(memory_id)
+        try:
+            changes, reason, rendered_from = forms.correction(form, latest)
+            self.store.update(memory_id, changes=changes, reason=reason, expected_revision=rendered_from)
+        except FormError as error:
+            return self._memory(
+                memory_id, values=form, problems=error.problems, form_revision=_int(form), status=400
+            )
+        except ConflictError:
+            now = self.store.get(memory_id).revision
+            problem = (
+                "reload",
+                f"this memory changed since this form was loaded (it is now at revision {now}): "
+                "reload the page, then correct it again",
+            )
+            return self._memory(
+                memory_id, values=form, problems=[problem], form_revision=_int(form), status=409
+            )
+        return _done(memory_id, "corrected")
+
+    def delete(self, memory_id: str, form: dict[str, str]) -> Response:
+        """POST /memory/{id}/delete: a tombstone revision, with the reason if one was given."""
+        try:
+            reason = forms.optional_reason(form)
+        except FormError as error:
+            return self._memory(memory_id, problems=error.problems, status=400)
+        return self._change(memory_id, lambda: self.store.delete(memory_id, reason=reason), "deleted")
+
+    def restore(self, memory_id: str, form: dict[str, str]) -> Response:
+        """POST /memory/{id}/restore: the memory back as it was."""
+        return self._change(memory_id, lambda: self.store.restore(memory_id), "restored")
+
+    def _change(self, memory_id: str, change: Callable[[], Revision], done: str) -> Response:
+        self.store.get(memory_id)  # an unknown id is a 404, not a refusal
+        try:
+            change()
+        except MemoryOperationError as error:
+            # Already deleted, or not deleted: another process (or tab) got there first.
+            return self._memory(memory_id, problems=[("reload", f"{error}; reload the page")], status=409)
+        return _done(memory_id, done)
+
+
+def _memory_id(request: Request) -> str:
+    """The memory id in the path; UnknownMemoryError (a 404) when it cannot be one."""
+    memory_id = str(request.path_params["memory_id"])
+    if MEMORY_ID.fullmatch(memory_id) is None:
+        # Not echoed: whatever was typed in its place is no id.
+        raise UnknownMemoryError("?")
+    return memory_id
+
+
+def _int(form: dict[str, str]) -> int | None:
+    value = form.get("revision", "")
+    return int(value) if value.isdigit() and len(value) < 10 else None
+
+
+def _done(memory_id: str, what: str) -> Response:
+    # 303: the browser follows with a GET, so a reload does not post the form again.
+    return RedirectResponse(f"/memory/{memory_id}?done={what}", status_code=303)
+
+
+Handler = Callable[[str, dict[str, str]], Response]
+
+
+def _write(handler: Handler, page: Page) -> Callable[[Request], Awaitable[Response]]:
+    """A POST route: read the form (bounded), then run `handler` in the thread pool."""
+
+    async def endpoint(request: Request) -> Response:
+        memory_id = _memory_id(request)
+        try:
+            form = await forms.read_form(request)
+        except forms.BodyTooLarge:
+            return PlainTextResponse(f"a form here is at most {forms.MAX_BODY} bytes\n", status_code=413)
+        except FormError as error:
+            return await run_in_threadpool(page.show_problems, memory_id, error.problems)
+        return await run_in_threadpool(handler, memory_id, form)
+
+    return endpoint
+
+
+def create_app(store: MemoryStore, host: PluginHost, *, where: str) -> Starlette:
+    """The page's Starlette application (without the guard: squirrel_mcp.ui.serve puts it in front)."""
+    page = Page(store, host, where)
+
+    def static(request: Request) -> Response:
+        name = str(request.path_params["name"])
+        if name not in STATIC:
+            return PlainTextResponse("not found\n", status_code=404)
+        return Response(_static(name), media_type=STATIC[name])
+
+    def refused(request: Request, error: Exception) -> Response:
+        # An unreadable memory: the message names its id, never content.
+        return page.render("Unreadable", pages.message_page("Unreadable", str(error)), status=409)
+
+    def not_found(request: Request, error: Exception) -> Response:
+        body = pages.message_page("Not found", "No memory has this id (it may have been typed wrong).")
+        return page.render("Not found", body, status=404)
+
+    def storage_failed(request: Request, error: Exception) -> Response:
+        # Storage errors name the cause (a path, the server's address), never a key or memory text.
+        return page.render("Storage error", pages.message_page("Storage error", str(error)), status=503)
+
+    routes = [
+        Route("/", page.list_memories),
+        Route("/search", page.search),
+        Route("/export", page.export),
+        Route("/memory/{memory_id}", page.show),
+        Route("/memory/{memory_id}/correct", _write(page.correct, page), methods=["POST"]),
+        Route("/memory/{memory_id}/delete", _write(page.delete, page), methods=["POST"]),
+        Route("/memory/{memory_id}/restore", _write(page.restore, page), methods=["POST"]),
+        Route("/static/{name}", static),
+    ]
+    handlers: dict[type[Exception], Callable[[Request, Exception], Response]] = {
+        UnknownMemoryError: not_found,
+        MemoryOperationError: refused,
+        StorageError: storage_failed,
+    }
+    return Starlette(routes=routes, exception_handlers=handlers)

@@ -1,0 +1,249 @@
+"""The page's forms and filters: read, then checked by the same rules as the server's tools.
+
+A field that breaks a rule becomes a FormError naming the field and the rule,
+never the value (it may be memory text); nothing is written then.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Any, TypeVar
+from urllib.parse import parse_qsl
+
+from pydantic import Field, TypeAdapter, ValidationError
+from starlette.requests import Request
+
+from squirrel_mcp.models import (
+    MAX_KEYWORDS,
+    MAX_TAGS,
+    MAX_TEXT,
+    Category,
+    Entity,
+    Keywords,
+    MemoryText,
+    Reason,
+    Revision,
+    Tags,
+)
+
+# The largest correction form, every character 4 bytes of UTF-8 sent as %XX, is under
+# 100 KiB; a body far above that is not this page's form.
+MAX_BODY = 256 * 1024
+MAX_FIELDS = 20
+MAX_QUERY = 1000
+MAX_SEARCH_LIMIT = 50
+MAX_LIST_LIMIT = 100
+MAX_OFFSET = 1_000_000
+LIST_PAGE = 20
+
+T = TypeVar("T")
+
+
+class FormError(Exception):
+    """Fields that break a rule: (field, rule) pairs, shown next to the form."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        super().__init__("; ".join(f"{name}: {rule}" for name, rule in problems))
+        self.problems = problems
+
+
+class BodyTooLarge(Exception):
+    """The request body is larger than any form of this page."""
+
+
+@dataclass
+class Checker:
+    """Checks fields one by one and collects every problem, so a form shows them all at once."""
+
+    problems: list[tuple[str, str]] = field(default_factory=list)
+
+    def check(self, name: str, adapter: TypeAdapter[T], value: object) -> T | None:
+        """`value` checked by `adapter`; None (and a problem recorded) when it breaks a rule."""
+        try:
+            return adapter.validate_python(value)
+        except ValidationError as error:
+            for problem in error.errors(include_input=False, include_url=False):
+                where = ".".join(str(part) for part in problem["loc"])
+                label = f"{name} {int(where) + 1}" if where.isdigit() else name
+                self.problems.append((label, problem["msg"]))
+            return None
+
+    def fail(self, name: str, rule: str) -> None:
+        """Record a problem found by hand."""
+        self.problems.append((name, rule))
+
+    def done(self) -> None:
+        """Raise FormError if any check failed."""
+        if self.problems:
+            raise FormError(self.problems)
+
+
+TEXT = TypeAdapter[str](MemoryText)
+ENTITY = TypeAdapter[str](Entity)
+CATEGORY = TypeAdapter[Category](Category)
+TAGS = TypeAdapter[list[str]](Tags)
+KEYWORDS = TypeAdapter[list[str]](Keywords)
+REASON = TypeAdapter[str](Reason)
+QUERY = TypeAdapter[str](Annotated[str, Field(min_length=1, max_length=MAX_QUERY)])
+SEARCH_LIMIT = TypeAdapter[int](Annotated[int, Field(ge=1, le=MAX_SEARCH_LIMIT)])
+LIST_LIMIT = TypeAdapter[int](Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT)])
+OFFSET = TypeAdapter[int](Annotated[int, Field(ge=0, le=MAX_OFFSET)])
+REVISION = TypeAdapter[int](Annotated[int, Field(ge=1)])
+
+
+def split_list(value: str) -> list[str]:
+    """A comma-separated field as its items (blank ones dropped)."""
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def words(values: list[str]) -> str:
+    """Tags or keywords as the comma-separated text of their form field."""
+    return ", ".join(values)
+
+
+async def read_form(request: Request) -> dict[str, str]:
+    """An application/x-www-form-urlencoded body as {name: value} (the first of repeated names)."""
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/x-www-form-urlencoded":
+        raise FormError([("form", "must be sent as application/x-www-form-urlencoded")])
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise BodyTooLarge
+    try:
+        pairs = parse_qsl(
+            body.decode("utf-8"), keep_blank_values=True, max_num_fields=MAX_FIELDS, errors="strict"
+        )
+    except (UnicodeDecodeError, ValueError):
+        raise FormError([("form", f"must be UTF-8 with at most {MAX_FIELDS} fields")]) from None
+    form: dict[str, str] = {}
+    for name, value in pairs:
+        form.setdefault(name, value)
+    return form
+
+
+@dataclass(frozen=True)
+class ListFilters:
+    """The list's filters: those of the list_memories tool, and the page."""
+
+    category: Category | None = None
+    tags: tuple[str, ...] = ()
+    entity: str | None = None
+    deleted: bool = False
+    offset: int = 0
+    limit: int = LIST_PAGE
+
+    def accepts(self, memory: Revision) -> bool:
+        """Whether `memory` passes the category, tags and entity filters."""
+        held = {tag.casefold() for tag in memory.tags}
+        return (
+            (self.category is None or memory.category == self.category)
+            and all(tag.casefold() in held for tag in self.tags)
+            and (self.entity is None or memory.entity.casefold() == self.entity.casefold())
+        )
+
+    def query(self, **changes: Any) -> dict[str, str]:
+        """These filters (with `changes`) as URL query parameters, for the paging links."""
+        values = {
+            "category": self.category or "",
+            "tags": words(list(self.tags)),
+            "entity": self.entity or "",
+            "deleted": "1" if self.deleted else "",
+            "offset": str(self.offset),
+            "limit": str(self.limit),
+        } | {name: str(value) for name, value in changes.items()}
+        return {name: value for name, value in values.items() if value and value != "0"}
+
+
+def list_filters(params: dict[str, str]) -> ListFilters:
+    """The list's filters from the query string; FormError when one breaks a rule."""
+    checker = Checker()
+    category = params.get("category") or None
+    entity = params.get("entity", "").strip() or None
+    tags = checker.check("tags", TAGS, split_list(params.get("tags", "")))
+    filters = ListFilters(
+        category=None if category is None else checker.check("category", CATEGORY, category),
+        tags=tuple(tags or ()),
+        entity=None if entity is None else checker.check("entity", ENTITY, entity),
+        deleted=params.get("deleted") == "1",
+        offset=checker.check("offset", OFFSET, params.get("offset") or "0") or 0,
+        limit=checker.check("limit", LIST_LIMIT, params.get("limit") or str(LIST_PAGE)) or LIST_PAGE,
+    )
+    checker.done()
+    return filters
+
+
+@dataclass(frozen=True)
+class SearchForm:
+    """A search: the search_memory tool's arguments."""
+
+    query: str = ""
+    category: Category | None = None
+    tags: tuple[str, ...] = ()
+    near_misses: bool = False
+    limit: int = 10
+
+
+def search_form(params: dict[str, str]) -> SearchForm:
+    """The search from the query string; FormError when a field breaks a rule."""
+    checker = Checker()
+    category = params.get("category") or None
+    tags = checker.check("tags", TAGS, split_list(params.get("tags", "")))
+    form = SearchForm(
+        query=checker.check("query", QUERY, params.get("q", "")) or "",
+        category=None if category is None else checker.check("category", CATEGORY, category),
+        tags=tuple(tags or ()),
+        near_misses=params.get("near") == "1",
+        limit=checker.check("limit", SEARCH_LIMIT, params.get("limit") or "10") or 10,
+    )
+    checker.done()
+    return form
+
+
+def correction(form: dict[str, str], current: Revision) -> tuple[dict[str, object], str, int]:
+    """A correction form as (changed fields, reason, the revision it was rendered from).
+
+    Only fields that differ from `current` are changed. A reason is required: it is
+    what the history shows next to the change.
+    """
+    checker = Checker()
+    text = checker.check("text", TEXT, form.get("text", ""))
+    entity = checker.check("entity", ENTITY, form.get("entity", ""))
+    category = checker.check("category", CATEGORY, form.get("category", ""))
+    tags = checker.check("tags", TAGS, split_list(form.get("tags", "")))
+    keywords = checker.check("keywords", KEYWORDS, split_list(form.get("keywords", "")))
+    values: dict[str, object] = {
+        "text": text,
+        "entity": entity,
+        "category": category,
+        "tags": tags,
+        "keywords": keywords,
+    }
+    reason = checker.check("reason", REASON, form.get("reason", ""))
+    revision = checker.check("revision", REVISION, form.get("revision", ""))
+    checker.done()
+    changes = {name: value for name, value in values.items() if value != getattr(current, name)}
+    if not changes:
+        checker.fail("form", "nothing to change: edit the text, entity, category, tags or keywords")
+        checker.done()
+    assert reason is not None
+    assert revision is not None
+    return changes, reason, revision
+
+
+def optional_reason(form: dict[str, str]) -> str | None:
+    """A delete form's reason: None when left blank; FormError when it breaks a rule."""
+    if not form.get("reason", "").strip():
+        return None
+    checker = Checker()
+    reason = checker.check("reason", REASON, form["reason"])
+    checker.done()
+    return reason
+
+
+# Shown next to the fields, so a person sees the rules before breaking one.
+LIMITS = {
+    "text": f"1 to {MAX_TEXT} characters",
+    "tags": f"comma-separated, at most {MAX_TAGS}",
+    "keywords": f"comma-separated, at most {MAX_KEYWORDS}",
+}

@@ -1,0 +1,164 @@
+"""Who may talk to the page: the browser that opened the printed URL, on this machine, and no one else.
+
+Every request passes here before any page code runs:
+
+- the Host header must name 127.0.0.1 or localhost at this port, so a web page
+  whose own domain was re-pointed at 127.0.0.1 (DNS rebinding) gets nothing;
+- the one-time token of the printed URL is traded, on the first visit, for a
+  session cookie (HttpOnly, SameSite=Strict) and a redirect to the same address
+  without the token, so the token is neither in the history nor reusable;
+- every later request needs that cookie: none is 401, a wrong one 403, with a
+  one-line body and nothing else;
+- a write (any method but GET and HEAD) also needs an Origin header naming this
+  page (a form another site posts here is refused: CSRF);
+- every answer carries a strict Content-Security-Policy and is never cached.
+
+An exception a page raises is logged by its type only: its message or the
+traceback's locals could hold memory text.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from collections.abc import Callable
+from http.cookies import SimpleCookie
+from urllib.parse import parse_qsl, urlencode
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+# Scripts, styles and images only from this page's own /static/; forms only back to it; no frames.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+SECURITY_HEADERS = [
+    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    # Not no-referrer: under it a browser sends "Origin: null" with a form, and the Origin check
+    # could not tell this page's writes from another's. Other sites get no referrer.
+    (b"referrer-policy", b"same-origin"),
+    # Memory text must not land in the browser's disk cache.
+    (b"cache-control", b"no-store"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+]
+SAFE_METHODS = frozenset({"GET", "HEAD"})
+TOKEN_PARAMETER = "token"  # noqa: S105 - the query parameter's name, not a secret
+
+
+def _log(message: str) -> None:
+    print(f"squirrel-mcp ui: {message}", file=sys.stderr, flush=True)
+
+
+class Guard:
+    """ASGI middleware in front of the page: the checks of the module docstring."""
+
+    def __init__(self, app: ASGIApp, *, port: int, token: str, log: Callable[[str], None] = _log) -> None:
+        """Let through to `app` only requests for 127.0.0.1:`port` from the holder of `token`."""
+        self._app = app
+        self._token: str | None = token
+        self._session = secrets.token_urlsafe(32)
+        # Cookies are shared by every port of a host: the port in the name keeps two pages apart.
+        self.cookie_name = f"squirrel_ui_{port}"
+        self._hosts = {f"127.0.0.1:{port}", f"localhost:{port}"}
+        self._origins = {f"http://{host}" for host in self._hosts}
+        self._log = log
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Check the request, then pass it on or answer it here."""
+        if scope["type"] != "http":
+            return
+        headers = _headers(scope)
+        if headers.get("host") not in self._hosts:
+            # DNS rebinding: the browser believes it talks to another site.
+            await _plain(send, 421, "this page answers only at 127.0.0.1 or localhost")
+            return
+        method = scope["method"]
+        query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        token = next((value for name, value in query if name == TOKEN_PARAMETER), None)
+        if self._has_session(headers):
+            if method not in SAFE_METHODS and headers.get("origin") not in self._origins:
+                await _plain(send, 403, "a change must come from this page itself")
+            elif token is not None:
+                await self._redirect_without_token(scope, send, query, cookie=False)
+            else:
+                await self._call_page(scope, receive, send)
+            return
+        if token is None:
+            status = 403 if self.cookie_name in _cookies(headers) else 401
+            await _plain(send, status, "open the address squirrel-mcp ui printed")
+            return
+        if method != "GET" or self._token is None or not secrets.compare_digest(token, self._token):
+            await _plain(send, 403, "this token is not valid (each printed address opens once)")
+            return
+        self._token = None
+        await self._redirect_without_token(scope, send, query, cookie=True)
+
+    def _has_session(self, headers: dict[str, str]) -> bool:
+        value = _cookies(headers).get(self.cookie_name)
+        return value is not None and secrets.compare_digest(value, self._session)
+
+    async def _redirect_without_token(
+        self, scope: Scope, send: Send, query: list[tuple[str, str]], *, cookie: bool
+    ) -> None:
+        rest = urlencode([(name, value) for name, value in query if name != TOKEN_PARAMETER])
+        location = scope["path"] + (f"?{rest}" if rest else "")
+        headers = [(b"location", location.encode())]
+        if cookie:
+            value = f"{self.cookie_name}={self._session}; Path=/; HttpOnly; SameSite=Strict"
+            headers.append((b"set-cookie", value.encode()))
+        await _answer(send, 303, b"", headers)
+
+    async def _call_page(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def send_secured(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+            await send(message)
+
+        try:
+            await self._app(scope, receive, send_secured)
+        except Exception as error:
+            # The type only: a message or traceback could carry memory text into a log.
+            self._log(f"internal error ({type(error).__name__}) answering {scope['method']} a page")
+            if not started:
+                await _plain(send, 500, "internal error; the terminal running squirrel-mcp ui names its type")
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    """The request's headers by lower-case name (the first of repeated ones)."""
+    found: dict[str, str] = {}
+    for name, value in scope["headers"]:
+        found.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
+    return found
+
+
+def _cookies(headers: dict[str, str]) -> dict[str, str]:
+    jar = SimpleCookie()
+    try:
+        jar.load(headers.get("cookie", ""))
+    except ValueError:
+        # A malformed Cookie header is no session.
+        return {}
+    return {name: morsel.value for name, morsel in jar.items()}
+
+
+async def _answer(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*headers, (b"content-length", str(len(body)).encode()), *SECURITY_HEADERS],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _plain(send: Send, status: int, text: str) -> None:
+    """A refusal: one line of plain text and nothing else."""
+    await _answer(send, status, f"{text}\n".encode(), [(b"content-type", b"text/plain; charset=utf-8")])

@@ -1,0 +1,81 @@
+"""Serve the page on 127.0.0.1 until Ctrl-C: print its one-time address, open the browser.
+
+uvicorn's own logging is off: an access log line carries the URL, and a URL
+here carries a search query. The guard logs failures by type only.
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import sys
+import webbrowser
+from typing import TextIO
+
+import uvicorn
+
+from squirrel_mcp.config import ConfigError
+from squirrel_mcp.memories import MemoryStore
+from squirrel_mcp.plugins import PluginHost
+from squirrel_mcp.ui.app import create_app
+from squirrel_mcp.ui.guard import Guard
+
+LOOPBACK = "127.0.0.1"
+# Seconds Ctrl-C waits for open requests (a browser keeps connections open) before closing them.
+GRACEFUL_SHUTDOWN = 3
+
+
+def listen(port: int) -> socket.socket:
+    """A socket listening on 127.0.0.1:`port` (0: a free port), made here so the port is known at once."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # So a fixed --port can be reused at once after Ctrl-C (its old connections linger in
+    # TIME_WAIT); on Linux and macOS it does not let two pages listen on one port. On
+    # Windows it would (another program could take the port over), so not there.
+    if sys.platform != "win32":
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((LOOPBACK, port))
+        sock.listen(128)
+    except OSError as error:
+        sock.close()
+        # The command line's one-line error, not "Address already in use: None".
+        raise ConfigError(
+            f"cannot listen on {LOOPBACK}:{port} ({error.strerror}); try another --port"
+        ) from None
+    return sock
+
+
+def serve(
+    store: MemoryStore,
+    host: PluginHost,
+    *,
+    where: str,
+    port: int = 0,
+    open_browser: bool = True,
+    out: TextIO = sys.stdout,
+) -> None:
+    """Serve the page until interrupted; the address with its token goes to `out`, then the browser."""
+    sock = listen(port)
+    bound = int(sock.getsockname()[1])
+    token = secrets.token_urlsafe(32)
+    app = Guard(create_app(store, host, where=where), port=bound, token=token)
+    config = uvicorn.Config(
+        app,
+        log_config=None,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        server_header=False,
+        proxy_headers=False,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN,
+    )
+    url = f"http://{LOOPBACK}:{bound}/?token={token}"
+    # The socket already listens: a browser connecting from now on waits in its queue.
+    print(f"Your memories, on this computer only: {url}", file=out, flush=True)
+    print("The address opens once; Ctrl-C stops the page.", file=out, flush=True)
+    if open_browser:
+        webbrowser.open(url)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()

@@ -1,0 +1,203 @@
+"""`squirrel-mcp ui` in a real headless browser: Debian's chromium driven by Playwright.
+
+A person's round: open the printed address, search, correct a memory with a
+reason, delete it, restore it, read its history. After each step the vault,
+read through the library (not the page), holds exactly what the page shows.
+
+The browser is Debian's `chromium` (Playwright cannot download its own here);
+`nox -s tests` installs it through .ci/chromium. Without it the test is skipped,
+saying why, unless SQUIRREL_TEST_BROWSER_REQUIRED=1 (set by .ci/run), which
+makes its absence a failure. With SQUIRREL_UI_SCREENSHOTS=DIR it saves the list,
+a search and a history as PNGs into DIR (docs/ui holds those of one run).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from squirrel_mcp.plugins import PluginHost, get_plugin_manager
+from squirrel_mcp.server import run_search
+from tests.ui_support import create_vault, library, running_ui, save
+
+CHROMIUM = Path("/usr/bin/chromium")
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1100, "height": 900}
+WAIT_MS = 120_000
+
+try:
+    from playwright.sync_api import Browser, Page, sync_playwright
+except ImportError:  # pragma: no cover - the lock files install it
+    sync_playwright = None  # type: ignore[assignment]
+
+
+def _why_no_browser() -> str | None:
+    if sync_playwright is None:
+        return "playwright is not installed (requirements/dev.txt has it)"
+    if not CHROMIUM.exists():
+        return f"{CHROMIUM} is missing: .ci/chromium installs Debian's chromium (as root)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    why = _why_no_browser()
+    if why is not None:
+        if os.environ.get("SQUIRREL_TEST_BROWSER_REQUIRED") == "1":
+            pytest.fail(f"the browser test must run here: {why}")
+        pytest.skip(why)
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+def screenshot(page: Page, name: str) -> None:
+    folder = os.environ.get("SQUIRREL_UI_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
+
+
+def shown_cards(page: Page, selector: str) -> list[tuple[str, str]]:
+    """(id, text) of every memory card the page shows, in order."""
+    cards = page.locator(f"{selector} > li.card")
+    return [
+        (cards.nth(n).get_attribute("data-id") or "", cards.nth(n).locator(".text").inner_text())
+        for n in range(cards.count())
+    ]
+
+
+def shown_history(page: Page) -> list[tuple[int, str, str | None]]:
+    """(revision, change, reason) of every revision the history shows, oldest first."""
+    items = page.locator("#history > li.revision")
+    found = []
+    for n in range(items.count()):
+        item = items.nth(n)
+        reason = item.locator(".reason")
+        found.append(
+            (
+                int(item.get_attribute("data-revision") or 0),
+                item.locator(".change").inner_text(),
+                reason.inner_text().removeprefix("Reason: ") if reason.count() else None,
+            )
+        )
+    return sorted(found)
+
+
+def test_a_persons_round_in_chromium(browser: Browser, vault_env: dict[str, str], tmp_path: Path) -> None:
+    create_vault(vault_env)
+    with library(vault_env) as store:
+        save(store, "Prefers green tea over coffee, no sugar", category="preference", tags=["food"])
+        key = save(
+            store,
+            "The spare key hides under the blue flowerpot",
+            entity="home",
+            tags=["house"],
+            keywords=["keys"],
+        )
+        save(
+            store, "Sister Anna lives in Lyon and visits in June", entity="Anna (sister)", category="profile"
+        )
+        save(
+            store,
+            "Wi-Fi password for the guest network is on the fridge",
+            entity="home network",
+            tags=["house"],
+        )
+    context = browser.new_context(viewport=DESKTOP)
+    # Generous: the machine may be busy, and every wait ends as soon as the page is there.
+    context.set_default_timeout(WAIT_MS)
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("console", lambda message: problems.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    with running_ui(vault_env, tmp_path) as ui:
+        # The printed address: the token is traded for a cookie, and leaves the address bar.
+        page.goto(ui.url)
+        assert page.url == f"{ui.origin}/"
+        with library(vault_env) as store:
+            assert shown_cards(page, "#memories") == [(m.id, m.text) for m in store.current()]
+        screenshot(page, "list")
+
+        # Search, from the header's box: the hits and scores the server's search gives.
+        page.fill("#q", "spare key")
+        page.press("#q", "Enter")
+        page.wait_for_url(re.compile(r"/search\?"))
+        with library(vault_env) as store:
+            expected = run_search(
+                store, PluginHost(get_plugin_manager()), "spare key", limit=10, now=datetime.now(UTC)
+            )
+        assert shown_cards(page, "#results") == [(hit.id, hit.text) for hit in expected.results]
+        lexical = page.locator("#results .lexical").all_inner_texts()
+        assert lexical == [f"{hit.lexicalScore:.3f}" for hit in expected.results]
+        screenshot(page, "search")
+
+        # Correct it, with a reason.
+        page.click(f'#results li[data-id="{key.id}"] a.entity')
+        page.wait_for_url(f"**/memory/{key.id}")
+        corrected = "The spare key is with the neighbour at number 12"
+        page.fill("form.edit textarea[name=text]", corrected)
+        page.fill("form.edit input[name=reason]", "moved it last week")
+        page.click("form.edit button[type=submit]")
+        page.wait_for_url(re.compile(r"\?done=corrected$"))
+        with library(vault_env) as store:
+            latest = store.get(key.id)
+        assert (latest.revision, latest.text, latest.reason, latest.deleted) == (
+            2,
+            corrected,
+            "moved it last week",
+            False,
+        )
+        assert page.inner_text("#text") == latest.text
+        assert page.inner_text("#revision") == "2"
+
+        # Delete it, then restore it.
+        page.fill("form.delete input[name=reason]", "not needed")
+        page.click("form.delete button[type=submit]")
+        page.wait_for_url(re.compile(r"\?done=deleted$"))
+        with library(vault_env) as store:
+            latest = store.get(key.id)
+            assert latest.deleted and latest.revision == 3
+            assert key.id not in [m.id for m in store.current()]
+        assert page.locator("#memory .badge.deleted").count() == 1
+        assert page.locator("form.restore").count() == 1
+        page.click("form.restore button[type=submit]")
+        page.wait_for_url(re.compile(r"\?done=restored$"))
+        with library(vault_env) as store:
+            latest = store.get(key.id)
+            history = store.history(key.id)
+        assert (latest.revision, latest.text, latest.deleted) == (4, corrected, False)
+        assert page.locator("#memory .badge.deleted").count() == 0
+
+        # Its full history: each revision, what it did and why, as stored.
+        assert shown_history(page) == [(r.revision, r.change, r.reason) for r in history]
+        corrected_row = page.locator('#history li[data-revision="2"] table.diff')
+        assert corrected_row.locator("del").inner_text() == "The spare key hides under the blue flowerpot"
+        assert corrected_row.locator("ins").inner_text() == corrected
+        screenshot(page, "history")
+
+        # At a phone's width nothing runs off the side.
+        page.set_viewport_size(PHONE)
+        for path in ("/", f"/memory/{key.id}", "/search?q=key"):
+            page.goto(f"{ui.origin}{path}")
+            assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"], path
+        screenshot(page, "phone-search")
+
+        # The list's filters submit themselves (ui.js ran under the page's policy).
+        page.goto(f"{ui.origin}/")
+        page.select_option("form.filters select[name=category]", "profile")
+        page.wait_for_url(re.compile(r"[?&]category=profile"))
+        with library(vault_env) as store:
+            profile = [(m.id, m.text) for m in store.current() if m.category == "profile"]
+        assert shown_cards(page, "#memories") == profile
+    context.close()
+    # No script error, and nothing the policy blocked.
+    assert problems == []

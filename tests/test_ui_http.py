@@ -1,0 +1,312 @@
+"""`squirrel-mcp ui` over raw HTTP: its refusals (token, Host, Origin), form errors, and a server beside it.
+
+Every request goes to the real process started as a person starts it
+(`squirrel-mcp ui --no-browser --port 0`, the printed address parsed); what the
+vault holds is read through the library, never through the page.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from urllib.parse import quote, urlencode
+
+import pytest
+from mcp import Client
+
+from tests.conftest import call, needs_model, run_cli, server_params
+from tests.ui_support import create_vault, library, running_ui, save
+
+SECRET_TEXT = "The spare key hides under the blue flowerpot"
+FORM = {"content-type": "application/x-www-form-urlencoded"}
+
+
+def form_body(**fields: str) -> bytes:
+    return urlencode(fields).encode()
+
+
+def rendered_revision(page: str) -> str:
+    found = re.search(r'name="revision" value="(\d+)"', page)
+    assert found is not None
+    return found.group(1)
+
+
+def assert_refusal_only(body: str) -> None:
+    """A refusal is one short line: no page, no memory text."""
+    assert body.count("\n") == 1
+    assert len(body) < 120
+    assert "<" not in body
+    assert "flowerpot" not in body
+
+
+def test_token_cookie_host_and_origin(vault_env: dict[str, str], tmp_path: Path) -> None:
+    create_vault(vault_env)
+    with library(vault_env) as store:
+        memory = save(store, SECRET_TEXT, entity="home", tags=["house"])
+    with running_ui(vault_env, tmp_path) as ui:
+        # No token, no cookie: 401 and nothing else.
+        status, headers, body = ui.request("GET", "/")
+        assert status == 401
+        assert_refusal_only(body)
+        assert "set-cookie" not in headers
+        for path in ("/search?q=key", f"/memory/{memory.id}", "/export", "/static/ui.js"):
+            assert ui.request("GET", path)[0] == 401
+        # A wrong token: 403.
+        status, headers, body = ui.request("GET", "/?token=not-the-token")
+        assert status == 403
+        assert_refusal_only(body)
+        assert "set-cookie" not in headers
+        # The right one: a cookie (HttpOnly, SameSite=Strict) and a redirect to the address without it.
+        status, headers, body = ui.request("GET", f"/?token={ui.token}")
+        assert status == 303
+        assert headers["location"] == "/"
+        cookie = headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and ui.token not in cookie
+        session = {"Cookie": cookie.split(";")[0]}
+        # The token opens once.
+        status, _, body = ui.request("GET", f"/?token={ui.token}")
+        assert status == 403
+        assert_refusal_only(body)
+        # A wrong cookie: 403.
+        name = cookie.split("=")[0]
+        assert ui.request("GET", "/", headers={"Cookie": f"{name}=forged"})[0] == 403
+        # With the cookie: the page, under a strict policy.
+        status, headers, body = ui.request("GET", "/", headers=session)
+        assert status == 200
+        assert SECRET_TEXT in body
+        policy = headers["content-security-policy"]
+        assert "default-src 'none'" in policy and "unsafe" not in policy and "script-src 'self'" in policy
+        assert headers["cache-control"] == "no-store"
+        assert headers["x-frame-options"] == "DENY"
+        # No inline script or style, nothing fetched from elsewhere.
+        assert re.search(r"<script(?![^>]*\ssrc=\"/static/)", body) is None
+        assert "style=" not in body and "<style" not in body
+        assert re.search(r"(src|href)=\"(https?:)?//", body) is None
+        status, headers, _ = ui.request("GET", "/static/ui.js", headers=session)
+        assert status == 200 and headers["content-type"].startswith("text/javascript")
+        # DNS rebinding: another name for this address is refused, cookie or not.
+        for host in ("attacker.example", f"attacker.example:{ui.port}", f"127.0.0.1:{ui.port + 1}"):
+            status, _, body = ui.request("GET", "/", headers={**session, "Host": host})
+            assert status == 421
+            assert_refusal_only(body)
+        # CSRF: a write without this page's Origin is refused and writes nothing.
+        path = f"/memory/{memory.id}/delete"
+        for origin in (None, "http://attacker.example", f"http://127.0.0.1:{ui.port + 1}", "null"):
+            headers_sent = {**session, **FORM, **({"Origin": origin} if origin else {})}
+            status, _, body = ui.request("POST", path, headers=headers_sent, body=form_body(reason="cleanup"))
+            assert status == 403
+            assert_refusal_only(body)
+        with library(vault_env) as store:
+            assert store.get(memory.id).revision == 1
+        # The same write from the page's origin lands.
+        status, headers, _ = ui.request(
+            "POST", path, headers={**session, **FORM, "Origin": ui.origin}, body=form_body(reason="cleanup")
+        )
+        assert status == 303
+        assert headers["location"] == f"/memory/{memory.id}?done=deleted"
+        with library(vault_env) as store:
+            assert store.get(memory.id).deleted
+
+
+def test_form_errors_name_the_rule_and_write_nothing(vault_env: dict[str, str], tmp_path: Path) -> None:
+    create_vault(vault_env)
+    with library(vault_env) as store:
+        memory = save(store, SECRET_TEXT, entity="home", tags=["house"])
+    with running_ui(vault_env, tmp_path) as ui:
+        session = {"Cookie": ui.login()}
+        write = {**session, **FORM, "Origin": ui.origin}
+        good = {
+            "text": SECRET_TEXT + " (the green one now)",
+            "entity": "home",
+            "category": "note",
+            "tags": "house",
+            "keywords": "",
+            "reason": "it moved",
+            "revision": "1",
+        }
+        cases = [
+            ({"text": "x" * 4001}, "text", "at most 4000 characters"),
+            ({"text": "   "}, "text", "at least 1 character"),
+            ({"entity": "home\x07"}, "entity", "must not contain control characters"),
+            ({"category": "gossip"}, "category", "Input should be"),
+            ({"tags": ",".join(f"t{n}" for n in range(21))}, "tags", "at most 20 items"),
+            ({"tags": "y" * 65}, "tags 1", "at most 64 characters"),
+            ({"reason": ""}, "reason", "at least 1 character"),
+            ({"reason": "r" * 501}, "reason", "at most 500 characters"),
+            ({"revision": "zero"}, "revision", "valid integer"),
+            ({"text": SECRET_TEXT}, "form", "nothing to change"),
+        ]
+        for change, field, rule in cases:
+            status, _, body = ui.request(
+                "POST", f"/memory/{memory.id}/correct", headers=write, body=form_body(**(good | change))
+            )
+            assert status == 400, (field, status)
+            assert f"<b>{field}</b>: " in body and rule in body, (field, rule)
+        # A body that is no form of this page.
+        status, _, body = ui.request(
+            "POST",
+            f"/memory/{memory.id}/correct",
+            headers={**write, "content-type": "application/json"},
+            body=json.dumps(good).encode(),
+        )
+        assert status == 400 and "application/x-www-form-urlencoded" in body
+        status, _, body = ui.request(
+            "POST", f"/memory/{memory.id}/correct", headers=write, body=form_body(text="x" * 300_000)
+        )
+        assert status == 413
+        # A delete's reason follows the same rule.
+        status, _, body = ui.request(
+            "POST", f"/memory/{memory.id}/delete", headers=write, body=form_body(reason="r" * 501)
+        )
+        assert status == 400 and "<b>reason</b>: " in body
+        with library(vault_env) as store:
+            assert [r.revision for r in store.history(memory.id)] == [1]
+        # Filters and searches too.
+        status, _, body = ui.request("GET", "/?category=gossip", headers=session)
+        assert status == 400 and "<b>category</b>: " in body
+        status, _, body = ui.request("GET", "/?limit=1000", headers=session)
+        assert status == 400 and "<b>limit</b>: " in body
+        status, _, body = ui.request("GET", "/search?q=" + quote("q" * 1001), headers=session)
+        assert status == 400 and "<b>query</b>: " in body
+        status, _, _ = ui.request("GET", "/memory/not-an-id", headers=session)
+        assert status == 404
+        # A valid correction lands, as the newest revision with its reason.
+        status, _, _ = ui.request(
+            "POST", f"/memory/{memory.id}/correct", headers=write, body=form_body(**good)
+        )
+        assert status == 303
+        with library(vault_env) as store:
+            latest = store.get(memory.id)
+            assert (latest.revision, latest.text, latest.reason) == (2, good["text"], "it moved")
+
+
+@pytest.mark.anyio
+async def test_beside_a_running_server(vault_env: dict[str, str], tmp_path: Path) -> None:
+    """The page and a server on one vault see each other's writes; a stale correction is told to reload."""
+    create_vault(vault_env)
+    async with Client(server_params(vault_env)) as client:
+        saved = await call(client, "save_memory", text=SECRET_TEXT, entity="home", tags=["house"])
+        memory_id = saved["memory"]["id"]
+        with running_ui(vault_env, tmp_path) as ui:
+            session = {"Cookie": ui.login()}
+            write = {**session, **FORM, "Origin": ui.origin}
+            # The server's memory is on the page.
+            status, _, page = ui.request("GET", f"/memory/{memory_id}", headers=session)
+            assert status == 200 and SECRET_TEXT in page
+            rendered = rendered_revision(page)
+            # The agent corrects it after the page was rendered.
+            agent_text = "The spare key is with the neighbour at number 12"
+            await call(client, "update_memory", id=memory_id, text=agent_text, reason="moved it")
+            # The page's correction, made on revision 1, is refused: reload.
+            page_text = "The spare key hides in the garden shed"
+            body = form_body(
+                text=page_text,
+                entity="home",
+                category="note",
+                tags="house",
+                keywords="",
+                reason="wrong",
+                revision=rendered,
+            )
+            status, _, answer = ui.request("POST", f"/memory/{memory_id}/correct", headers=write, body=body)
+            assert status == 409
+            assert "reload the page" in answer and "revision 2" in answer
+            with library(vault_env) as store:
+                assert [(r.revision, r.text) for r in store.history(memory_id)] == [
+                    (1, SECRET_TEXT),
+                    (2, agent_text),
+                ]
+            # The page shows the agent's correction at its next request, and the server the page's delete.
+            status, _, page = ui.request("GET", "/", headers=session)
+            assert agent_text in page
+            status, _, _ = ui.request(
+                "POST", f"/memory/{memory_id}/delete", headers=write, body=form_body(reason="obsolete")
+            )
+            assert status == 303
+            got = await call(client, "get_memory", id=memory_id)
+            assert got["deleted"] is True and got["memory"]["revision"] == 3
+            # A second delete (another tab, stale) is refused: it already is deleted.
+            status, _, answer = ui.request("POST", f"/memory/{memory_id}/delete", headers=write, body=b"")
+            assert status == 409 and "already deleted" in answer
+
+
+def test_search_counts_and_export(vault_env: dict[str, str], tmp_path: Path) -> None:
+    create_vault(vault_env)
+    with library(vault_env) as store:
+        first = save(store, SECRET_TEXT, entity="home", tags=["house"])
+        save(store, "Allergic to penicillin since childhood", category="profile", tags=["health"])
+        deleted = save(store, "Dentist appointment on Thursday afternoon", category="event")
+        store.delete(deleted.id, reason=None)
+    with running_ui(vault_env, tmp_path) as ui:
+        session = {"Cookie": ui.login()}
+        status, _, page = ui.request("GET", "/search?" + urlencode({"q": "spare key"}), headers=session)
+        assert status == 200
+        assert SECRET_TEXT in page and "penicillin" not in page
+        assert "lexicalScore" in page and "semanticScore" in page and 'id="ranking">lexical<' in page
+        # Near misses on request.
+        status, _, page = ui.request(
+            "GET", "/search?" + urlencode({"q": "medicine", "near": "1"}), headers=session
+        )
+        assert status == 200 and "near miss" in page
+        # Counts by category; deleted ones only on request.
+        status, _, page = ui.request("GET", "/", headers=session)
+        assert re.search(r"profile</a> <span>1<", page) and re.search(r"deleted</a> <span>1<", page)
+        assert "Dentist" not in page
+        status, _, page = ui.request("GET", "/?deleted=1&category=event", headers=session)
+        assert "Dentist" in page and SECRET_TEXT not in page
+        status, _, page = ui.request("GET", "/?tags=HOUSE&entity=Home", headers=session)
+        assert SECRET_TEXT in page and "penicillin" not in page
+        status, _, page = ui.request("GET", "/?limit=1", headers=session)
+        assert "1-1 of 2" in page and 'rel="next"' in page
+        # The export is the CLI's: every memory with its history.
+        status, headers, data = ui.request("GET", "/export", headers=session)
+        assert status == 200 and headers["content-disposition"].startswith("attachment;")
+        exported = json.loads(data)
+        assert exported["format"] == "squirrel-mcp-export"
+        assert {m["id"] for m in exported["memories"]} >= {first.id, deleted.id}
+
+
+def test_ctrl_c_stops_it_and_a_wrong_passphrase_is_one_line(
+    vault_env: dict[str, str], tmp_path: Path
+) -> None:
+    create_vault(vault_env)
+    with running_ui(vault_env, tmp_path) as ui:
+        assert ui.request("GET", "/")[0] == 401
+        # A port already taken: one line naming it.
+        taken = run_cli(vault_env, "ui", "--no-browser", "--port", str(ui.port))
+        assert taken.returncode == 1
+        assert taken.stdout == b""
+        assert taken.stderr.decode().strip() == (
+            f"squirrel-mcp: cannot listen on 127.0.0.1:{ui.port} (Address already in use); try another --port"
+        )
+    # running_ui stopped it with SIGINT and checked the exit status and stderr.
+    wrong = {**vault_env, "SQUIRREL_PASSPHRASE": "not the passphrase at all"}
+    result = run_cli(wrong, "ui", "--no-browser")
+    assert result.returncode == 1
+    assert result.stdout == b""
+    assert len(result.stderr.decode().strip().splitlines()) == 1
+
+
+@needs_model
+def test_search_is_hybrid_with_the_embeddings_plugin(vault_env: dict[str, str], tmp_path: Path) -> None:
+    """With the plugin the page ranks as the server does: by meaning too, each hit with its semanticScore."""
+    create_vault(vault_env)
+    with library(vault_env) as store:
+        save(store, "Allergic to penicillin since childhood", category="profile", tags=["health"])
+        save(store, SECRET_TEXT, entity="home", tags=["house"])
+    env = {**vault_env, "SQUIRREL_MCP_PLUGINS": "embeddings"}
+    with running_ui(env, tmp_path) as ui:
+        session = {"Cookie": ui.login()}
+        query = "/search?" + urlencode({"q": "antibiotic allergy"})
+        # The model loads in the background (search is lexical until then): ask again, 120 s at most.
+        deadline = time.monotonic() + 120
+        page = ui.request("GET", query, headers=session)[2]
+        while 'id="ranking">hybrid<' not in page and time.monotonic() < deadline:
+            time.sleep(0.5)
+            page = ui.request("GET", query, headers=session)[2]
+        assert 'id="ranking">hybrid<' in page
+        first = page.index('<li class="card"')
+        assert "penicillin" in page[first : first + 600]
+        assert re.search(r'class="semantic">-?\d\.\d{3}<', page)
