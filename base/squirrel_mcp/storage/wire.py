@@ -82,13 +82,13 @@ def _integral(value: object) -> object:
     return value
 
 
-# The bounds go inside the float conversion, so the JSON schema states them as such.
 Integer = Annotated[int, Strict(), BeforeValidator(_integral)]
 _Text = Annotated[str, Strict()]
 _BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 
 AccountId = Annotated[_Text, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
 MemoryId = Annotated[_Text, StringConstraints(pattern=r"^[0-9a-f]{16}$")]
+# Bounds inside the float conversion: outside it, the JSON schema would not state them.
 Revision = Annotated[int, Strict(), Field(ge=1, le=MAX_REVISION), BeforeValidator(_integral)]
 Cursor = Annotated[int, Strict(), Field(ge=0, le=MAX_CURSOR), BeforeValidator(_integral)]
 Timestamp = Annotated[_Text, Field(json_schema_extra={"format": "date-time"})]
@@ -114,7 +114,7 @@ class _Answer(BaseModel):
 
 
 # The KDF's bounds are stated here for the schema and checked by `kdf_cost_problem`:
-# by the server before it stores an account (NewAccount), by a client before it
+# by the server before it stores an account (CheckedNewAccount), by a client before it
 # runs scrypt (KdfParams.validate), which names the parameters out of bounds.
 _N_VALUES = [2**k for k in range(KDF_N_RANGE[0].bit_length() - 1, KDF_N_RANGE[1].bit_length())]
 
