@@ -41,6 +41,8 @@ def shared_metadata(root: str, metadata: dict[str, Any]) -> None:
     if metadata["name"] == "squirrel-mcp":
         metadata["optional-dependencies"] = {
             "embeddings": [f"squirrel-mcp-embeddings=={version}"],
+            # The sync server (squirrel-mcp-sync): its web framework and ASGI server.
+            "server": ["starlette>=0.48", "uvicorn>=0.31.1"],
             # The sync server's PostgreSQL driver; SQLite needs nothing extra.
             "postgres": ["psycopg[binary]>=3.2,<4"],
         }

@@ -10,7 +10,8 @@ from squirrel_mcp.crypto import KdfParams
 from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, StorageError
 from squirrel_mcp.storage.local import LocalVault
 
-ACCOUNT = Account("acct", KdfParams(salt=b"s" * 16), b"wrapped")
+# As `squirrel-mcp init` makes one: the record is the sync contract's NewAccount.
+ACCOUNT = Account("0123456789abcdef" * 2, KdfParams(salt=b"s" * 16), b"w" * 61)
 
 
 def test_a_new_vault_is_private(tmp_path: Path) -> None:

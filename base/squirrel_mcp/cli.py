@@ -57,8 +57,9 @@ class UserError(Exception):
 USER_ERRORS = (UserError, ConfigError, StorageError, WrongPassphraseError, NoAccountError, ImportFileError)
 
 
-def _err(message: str) -> None:
-    print(f"squirrel-mcp: {message}", file=sys.stderr)
+def print_error(message: str, program: str = "squirrel-mcp") -> None:
+    """One line on stderr, "PROGRAM: MESSAGE": how both commands report what the user can fix."""
+    print(f"{program}: {message}", file=sys.stderr, flush=True)
 
 
 def _passphrase(config: Config, *, confirm: bool) -> str:
@@ -86,7 +87,7 @@ def open_storage(config: Config, *, create: bool) -> Storage:
         return RemoteStorage(check_api_base_url(config.api_base_url), config.api_key)
     vault = LocalVault(config.vault_path, create=create)
     for path, mode in vault.corrected_modes:
-        _err(
+        print_error(
             f"{path} could be read or written by other users (mode {mode:04o}); its mode is now 0600. "
             "Whoever read it holds sealed records that only your passphrase protects"
         )
@@ -126,7 +127,7 @@ def open_store(config: Config, *, create: bool) -> MemoryStore:
             store = MemoryStore.create(storage, passphrase)
             # An existing file without an account is one whose creation was cut short,
             # or one emptied since: either way the user should hear of the new account.
-            _err(
+            print_error(
                 f"created a new vault at {config.vault_path}"
                 if not existed
                 else f"the vault at {config.vault_path} held no account; created a new one in it"
@@ -249,19 +250,19 @@ def cmd_export(config: Config, output: str | None, *, force: bool = False) -> in
     else:
         atomic_write(target, export.data)
     for gap in export.gaps[:MAX_GAPS_LISTED]:
-        _err(f"left out, unreadable: {gap}")
+        print_error(f"left out, unreadable: {gap}")
     if len(export.gaps) > MAX_GAPS_LISTED:
-        _err(f"left out, unreadable: revisions of {len(export.gaps) - MAX_GAPS_LISTED} more memories")
+        print_error(f"left out, unreadable: revisions of {len(export.gaps) - MAX_GAPS_LISTED} more memories")
     where = "" if target is None else f" to {target}"
     if export.gaps:
-        _err(
+        print_error(
             f"exported{where} WITHOUT the revisions above: their records failed the integrity check "
             f"(damaged or tampered with), or were missing already in the export this vault was "
             f"imported from; exit status {EXIT_EXPORT_INCOMPLETE}"
         )
         return EXIT_EXPORT_INCOMPLETE
     if target is not None:
-        _err(f"exported to {target}")
+        print_error(f"exported to {target}")
     return 0
 
 
@@ -359,15 +360,15 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_import(config, args.file)
         return cmd_serve(config, pm)
     except USER_ERRORS as error:
-        _err(str(error))
+        print_error(str(error))
         return 1
     except ValidationError as error:
         # Data that does not fit a model: name the fields, never the values (memory text).
-        _err(f"invalid data at: {field_locations(error)}")
+        print_error(f"invalid data at: {field_locations(error)}")
         return 1
     except OSError as error:
         # A missing or unreadable file given on the command line; the path is the user's own.
-        _err(f"{error.strerror}: {error.filename}")
+        print_error(f"{error.strerror}: {error.filename}")
         return 1
     except KeyboardInterrupt:
         return 130

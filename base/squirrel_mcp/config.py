@@ -65,7 +65,8 @@ class Config:
             )
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """True for a loopback address (127.0.0.0/8, ::1) or the name localhost."""
     if host == "localhost":
         return True
     try:
@@ -94,7 +95,7 @@ def check_api_base_url(url: str) -> str:
         raise ConfigError("SQUIRREL_API_BASE_URL must not hold credentials: put the key in SQUIRREL_API_KEY")
     if parts.query or parts.fragment:
         raise ConfigError("SQUIRREL_API_BASE_URL must not have a query or a fragment")
-    if parts.scheme == "http" and not _is_loopback(host):
+    if parts.scheme == "http" and not is_loopback(host):
         raise ConfigError(
             "SQUIRREL_API_BASE_URL must use https: plain http is accepted only to a loopback address "
             "(127.0.0.1, ::1, localhost), so the API key never crosses a network in cleartext"

@@ -95,9 +95,13 @@ Reason = Annotated[
 Change = Literal["created", "corrected", "deleted", "restored"]
 
 
-def now_iso() -> str:
-    """The current UTC time as an ISO 8601 string with milliseconds."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def now_iso(timespec: Literal["milliseconds", "microseconds"] = "milliseconds") -> str:
+    """The current UTC time as ISO 8601 (RFC 3339) text ending in "Z".
+
+    Memories are stamped to the millisecond; the sync server stamps what it
+    stores to the microsecond.
+    """
+    return datetime.now(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
 def parse_iso(value: str) -> datetime:

@@ -38,8 +38,9 @@ import pytest
 import requests
 
 from squirrel_mcp import crypto, models
+from squirrel_mcp.storage.wire import CIPHERTEXT_CHARS, MAX_RECORDS_PER_APPEND
 from squirrel_mcp.syncserver.app import HEALTH_CHECK_INTERVAL_S
-from squirrel_mcp.syncserver.validation import CIPHERTEXT_CHARS, MAX_BODY_BYTES, MAX_RECORDS_PER_APPEND
+from squirrel_mcp.syncserver.validation import MAX_BODY_BYTES
 from tests.sync.conftest import SyncServer, start_sync_server
 
 Json = dict[str, Any]

@@ -50,14 +50,19 @@ class StorageError(Exception):
 
 
 class RevisionConflict(Exception):
-    """A record with this memory id and revision already exists.
+    """A record is not its memory's next revision: that revision exists already, or it skips ahead.
 
     Another process (or machine) wrote this memory meanwhile; the caller re-reads
-    and reports it rather than overwriting.
+    and reports it rather than overwriting. `expected`, when the backend knows
+    it, is the memory's next revision (the sync server says it in its answer).
     """
 
-    def __init__(self, memory_id: str, revision: int) -> None:
-        super().__init__(f"memory {memory_id} already has a revision {revision}")
+    def __init__(self, memory_id: str, revision: int, expected: int | None = None) -> None:
+        if expected is not None and revision >= expected:
+            reason = f"memory {memory_id} cannot skip to revision {revision}"
+        else:
+            reason = f"memory {memory_id} already has a revision {revision}"
+        super().__init__(reason if expected is None else f"{reason}; its next revision is {expected}")
         self.memory_id = memory_id
         self.revision = revision
 

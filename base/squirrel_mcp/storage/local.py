@@ -17,8 +17,6 @@ whatever it points to, with the umask's mode.
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import sqlite3
 import stat
@@ -27,14 +25,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from squirrel_mcp.crypto import KdfParams
+from pydantic import ValidationError
+
 from squirrel_mcp.files import create_private_file
-from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, StorageError
+from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, StorageError, sqlite
+from squirrel_mcp.storage.wire import NewAccount
 
 SCHEMA_VERSION = 1
 # The files SQLite keeps beside the vault in WAL mode: they hold pages of it.
 SIDE_FILE_SUFFIXES = ("-wal", "-shm")
-BUSY_TIMEOUT_MS = 10_000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -72,12 +71,7 @@ class LocalVault:
         # One connection shared by the server's worker threads, guarded by a lock.
         self._lock = threading.Lock()
         try:
-            self._db = sqlite3.connect(
-                path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
-            )
-            self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("PRAGMA synchronous = FULL")
+            self._db = sqlite.connect(path)
             self._db.executescript(_SCHEMA)
             self._check_schema()
         except sqlite3.DatabaseError as error:
@@ -151,35 +145,13 @@ class LocalVault:
         if row is None:
             return None
         try:
-            data = json.loads(row[0])
-            return Account(
-                account_id=str(data["id"]),
-                kdf=KdfParams(
-                    salt=base64.b64decode(data["kdf"]["salt"]),
-                    n=int(data["kdf"]["n"]),
-                    r=int(data["kdf"]["r"]),
-                    p=int(data["kdf"]["p"]),
-                ),
-                wrapped_data_key=base64.b64decode(data["wrappedDataKey"]),
-            )
-        except (ValueError, KeyError, TypeError) as error:
+            return NewAccount.model_validate_json(row[0]).account()
+        except ValidationError as error:
             raise StorageError(f"the account record in {self.path} is damaged") from error
 
     def create_account(self, account: Account) -> None:
         """Store the account; StorageError if the vault already has one."""
-        value = json.dumps(
-            {
-                "id": account.account_id,
-                "kdf": {
-                    "alg": "scrypt",
-                    "salt": base64.b64encode(account.kdf.salt).decode(),
-                    "n": account.kdf.n,
-                    "r": account.kdf.r,
-                    "p": account.kdf.p,
-                },
-                "wrappedDataKey": base64.b64encode(account.wrapped_data_key).decode(),
-            }
-        )
+        value = NewAccount.of(account).model_dump_json()
         with self._lock, self._guard():
             try:
                 self._db.execute("INSERT INTO meta (key, value) VALUES ('account', ?)", (value,))

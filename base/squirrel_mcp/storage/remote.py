@@ -1,4 +1,4 @@
-"""The remote backend: a client of the sync API (docs/api/openapi.yaml), holding ciphertext only.
+"""The remote backend: a client of the sync API (syncserver/openapi.yaml), holding ciphertext only.
 
 Used when SQUIRREL_API_BASE_URL is set. Each Storage method is one operation of
 the contract, authenticated with the API key as a bearer token:
@@ -47,8 +47,6 @@ append as done.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import email.utils
 import json
 import random
@@ -59,12 +57,12 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import requests
 import urllib3
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, ValidationError
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
@@ -72,8 +70,14 @@ from urllib3.poolmanager import PoolManager
 
 from squirrel_mcp import __version__
 from squirrel_mcp.config import check_api_base_url
-from squirrel_mcp.crypto import KdfParams
-from squirrel_mcp.storage import NO_REMOTE_ACCOUNT, Account, RevisionConflict, SealedRecord, StorageError
+from squirrel_mcp.storage import (
+    NO_REMOTE_ACCOUNT,
+    Account,
+    RevisionConflict,
+    SealedRecord,
+    StorageError,
+    wire,
+)
 
 # A read within this many seconds of the last pull uses the decrypted view as it
 # is (MemoryStore.refresh). An agent's calls are seconds apart, so in practice
@@ -90,10 +94,9 @@ RETRY_AFTER_CAP = 30.0
 # Wall-clock seconds for one operation: every attempt, every wait and every answer's body.
 OPERATION_DEADLINE = 60.0
 
-# The contract's limits (docs/api/openapi.yaml).
-MAX_APPEND = 500
-MAX_CIPHERTEXT_BYTES = 262_144
-PAGE_LIMIT = 500
+# The contract's limits (storage/wire.py).
+MAX_APPEND = wire.MAX_RECORDS_PER_APPEND
+PAGE_LIMIT = wire.DEFAULT_PAGE
 # A page of changes ends after about this much ciphertext (or after its first record).
 PAGE_CIPHERTEXT_BYTES = 4 * 2**20
 
@@ -105,12 +108,12 @@ def _base64_length(size: int) -> int:
 # What a record's fields other than its ciphertext (seq, memoryId, revision,
 # storedAt and their keys, about 120 bytes) may take, generously.
 RECORD_FIELDS_BYTES = 256
-# The largest page a server keeping the contract sends: the page's ciphertext plus
-# the one record that may cross the line, in base64, and every record's other
+# The largest page a server keeping the contract sends: the page's ciphertext in
+# base64, plus the one record that may cross the line, and every record's other
 # fields; doubled, because the contract says "about" and a JSON encoder may
-# escape each "/" of base64 as "\/". About 12 MiB.
+# escape each "/" of base64 as "\/". About 11 MiB.
 MAX_PAGE_BYTES = 2 * (
-    _base64_length(PAGE_CIPHERTEXT_BYTES + MAX_CIPHERTEXT_BYTES) + PAGE_LIMIT * RECORD_FIELDS_BYTES
+    _base64_length(PAGE_CIPHERTEXT_BYTES) + wire.CIPHERTEXT_CHARS[1] + PAGE_LIMIT * RECORD_FIELDS_BYTES
 )
 # Every other answer: an account (about 2 KiB), an append's 500 stored entries
 # (about 60 KiB), an error.
@@ -124,65 +127,7 @@ MAX_PULL_CIPHERTEXT = 512 * 2**20
 # Bytes read from the socket at a time while streaming an answer.
 _CHUNK = 64 * 1024
 
-_Hex32 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
-_Hex16 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{16}$")]
-_Seq = Annotated[int, Field(ge=0, le=2**63 - 1)]
-_RevisionNumber = Annotated[int, Field(ge=1, le=2**31 - 1)]
-# Base64 of at most MAX_CIPHERTEXT_BYTES bytes.
-_Base64 = Annotated[str, StringConstraints(max_length=4 * ((MAX_CIPHERTEXT_BYTES + 2) // 3))]
-
-
 _M = TypeVar("_M", bound=BaseModel)
-
-
-class _Answer(BaseModel):
-    # Fields a later server adds are ignored; the ones read here are checked.
-    model_config = ConfigDict(extra="ignore")
-
-
-class _Kdf(_Answer):
-    alg: Literal["scrypt"]
-    salt: _Base64
-    n: int
-    r: int
-    p: int
-
-
-class _Account(_Answer):
-    id: _Hex32
-    kdf: _Kdf
-    wrappedDataKey: _Base64
-
-
-class _Record(_Answer):
-    seq: _Seq
-    memoryId: _Hex16
-    revision: _RevisionNumber
-    ciphertext: _Base64
-
-
-class _Page(_Answer):
-    records: list[_Record]
-    cursor: _Seq
-    more: bool
-
-
-class _ErrorDetail(_Answer):
-    code: Annotated[str, StringConstraints(pattern=r"^[a-z_]{1,40}$")]
-    memoryId: _Hex16 | None = None
-    revision: _RevisionNumber | None = None
-
-
-class _ErrorBody(_Answer):
-    error: _ErrorDetail
-
-
-def _b64decode(text: str) -> bytes:
-    return base64.b64decode(text, validate=True)
-
-
-def _b64encode(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
 
 
 def _retry_after(response: requests.Response) -> float | None:
@@ -385,29 +330,11 @@ class RemoteStorage:
         if response.status_code == 404 and self._code(response) == "no_account":
             return None
         self._expect(response, 200, "read the account")
-        account = self._parse(_Account, response, "the account")
-        try:
-            kdf = KdfParams(
-                salt=_b64decode(account.kdf.salt), n=account.kdf.n, r=account.kdf.r, p=account.kdf.p
-            )
-            wrapped = _b64decode(account.wrappedDataKey)
-        except binascii.Error:
-            raise self._unreadable("the account") from None
-        return Account(account_id=account.id, kdf=kdf, wrapped_data_key=wrapped)
+        return self._parse(wire.Account, response, "the account").account()
 
     def create_account(self, account: Account) -> None:
         """Store the account in this API key's slot; StorageError if the slot holds one."""
-        body = {
-            "id": account.account_id,
-            "kdf": {
-                "alg": "scrypt",
-                "salt": _b64encode(account.kdf.salt),
-                "n": account.kdf.n,
-                "r": account.kdf.r,
-                "p": account.kdf.p,
-            },
-            "wrappedDataKey": _b64encode(account.wrapped_data_key),
-        }
+        body = wire.json_body(wire.NewAccount.of(account))
         response, attempts = self._call(
             "POST", "/v1/account", body, what="the answer to creating the account"
         )
@@ -450,7 +377,7 @@ class RemoteStorage:
                 limit=MAX_PAGE_BYTES,
             )
             self._expect(response, 200, "read the changes")
-            page = self._parse(_Page, response, "the changes")
+            page = self._parse(wire.ChangesPage, response, "the changes")
             seqs = [record.seq for record in page.records]
             # A page must move forward, or a buggy server would keep us looping.
             if (
@@ -462,13 +389,7 @@ class RemoteStorage:
                 raise self._unreadable("the changes")
             if page.more and not page.records:
                 raise self._unreadable("the changes")
-            try:
-                fresh = [
-                    SealedRecord(record.memoryId, record.revision, _b64decode(record.ciphertext))
-                    for record in page.records
-                ]
-            except binascii.Error:
-                raise self._unreadable("the changes") from None
+            fresh = page.sealed()
             records.extend(fresh)
             ciphertext += sum(len(record.ciphertext) for record in fresh)
             if len(records) > MAX_PULL_RECORDS:
@@ -492,12 +413,7 @@ class RemoteStorage:
     def _append_batch(self, records: list[SealedRecord]) -> None:
         if not records:
             return
-        body = {
-            "records": [
-                {"memoryId": r.memory_id, "revision": r.revision, "ciphertext": _b64encode(r.ciphertext)}
-                for r in records
-            ]
-        }
+        body = wire.json_body(wire.AppendRequest.of(records))
         response, attempts = self._call("POST", "/v1/records", body, what="the answer to an append")
         if response.status_code == 409 and self._code(response) == "revision_conflict":
             # An earlier attempt may have landed before its answer was lost.
@@ -640,9 +556,9 @@ class RemoteStorage:
     # Answers ---------------------------------------------------------------------
 
     @staticmethod
-    def _detail(response: _Reply) -> _ErrorDetail | None:
+    def _detail(response: _Reply) -> wire.ErrorDetail | None:
         try:
-            return _ErrorBody.model_validate_json(response.content).error
+            return wire.Error.model_validate_json(response.content).error
         except ValidationError:
             return None
 

@@ -1,4 +1,4 @@
-"""The reference sync server: the remote storage API of docs/api/openapi.yaml, self-hostable.
+"""The reference sync server: the remote storage API of openapi.yaml (here), self-hostable.
 
 squirrel-mcp on several machines shares one account through this server. It
 stores exactly what the local vault stores (the account's KDF salt and
@@ -7,11 +7,15 @@ and never receives a passphrase, a key or plaintext.
 
     keys.py        API keys: making one, hashing it, reading the bearer header
     database.py    the store, on SQLite (one machine) or PostgreSQL (same code)
-    validation.py  every request body and query parameter checked against the contract
+    validation.py  request bodies checked by the wire models (storage/wire.py), and the query
     ratelimit.py   per-key request budgets (token buckets)
     app.py         the Starlette application: routes, authentication, error bodies
     cli.py         `squirrel-mcp-sync serve` and `squirrel-mcp-sync issue-key`
 
-openapi.yaml here is the contract, byte for byte the same as docs/api/openapi.yaml
-(a test says so); the server serves it at /v1/openapi.yaml.
+openapi.yaml here is the contract, the one copy in the repository; the server
+serves it at /v1/openapi.yaml. Its schemas are those of the wire models in
+`squirrel_mcp.storage.wire` (tests/sync/test_wire_models.py checks that they agree).
+
+The server needs the `server` extra (Starlette, uvicorn, anyio):
+pip install 'squirrel-mcp[server]'.
 """

@@ -1,4 +1,4 @@
-"""The sync server's Starlette application: the routes of docs/api/openapi.yaml.
+"""The sync server's Starlette application: the routes of the contract, syncserver/openapi.yaml.
 
 Every route but /v1/health and /v1/openapi.yaml needs an API key; the key opens
 one slot, and every query names that slot, so a key can only ever reach its own
@@ -19,11 +19,11 @@ import asyncio
 import base64
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, TypeVar
+from typing import NoReturn, TypeVar
 
+from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -31,10 +31,12 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from squirrel_mcp.storage import RevisionConflict, wire
+from squirrel_mcp.storage.wire import ErrorCode
 from squirrel_mcp.syncserver import keys, validation
 from squirrel_mcp.syncserver.database import (
     AccountExists,
-    Conflict,
+    ChangesPage,
     Database,
     DatabaseUnavailable,
     NoAccount,
@@ -53,7 +55,7 @@ HEALTH_CHECK_INTERVAL_S = 5.0
 # address budget. Keys are never revoked, so a remembered one cannot go stale.
 MAX_KNOWN_KEYS = 10_000
 
-_T = TypeVar("_T")
+_M = TypeVar("_M", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ class Limits:
 
 
 def contract() -> bytes:
-    """The OpenAPI document this server implements (docs/api/openapi.yaml), as packaged."""
+    """The OpenAPI document this server implements (syncserver/openapi.yaml), as packaged."""
     return resources.files("squirrel_mcp.syncserver").joinpath("openapi.yaml").read_bytes()
 
 
@@ -89,73 +91,70 @@ class _RateLimited(Exception):
 
 
 class _BodyError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
 
 
-def error(
-    status: int, code: str, message: str, headers: dict[str, str] | None = None, **extra: Any
-) -> Response:
-    """An error answer in the contract's one shape: {"error": {"code", "message", ...}}."""
-    return JSONResponse({"error": {"code": code, "message": message, **extra}}, status, headers=headers)
+def error(status: int, code: ErrorCode, message: str, headers: dict[str, str] | None = None) -> Response:
+    """An error answer in the contract's one shape: {"error": {"code", "message"}}."""
+    return _answer(wire.Error(error=wire.ErrorDetail(code=code, message=message)), status, headers)
 
 
-def _account_json(account: StoredAccount) -> dict[str, Any]:
-    return {
-        "id": account.account_id,
-        "kdf": {
-            "alg": "scrypt",
-            "salt": base64.b64encode(account.salt).decode(),
-            "n": account.n,
-            "r": account.r,
-            "p": account.p,
-        },
-        "wrappedDataKey": base64.b64encode(account.wrapped_data_key).decode(),
-        "createdAt": account.created_at,
-    }
+def _answer(body: BaseModel, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return JSONResponse(wire.json_body(body), status, headers=headers)
 
 
-def create_app(database: Database, limits: Limits | None = None) -> Starlette:
-    """The ASGI application serving `database` under the contract."""
-    limits = limits or Limits()
-    per_key = RateLimiter(limits.rate, limits.burst)
-    per_address = RateLimiter(limits.bad_key_rate, limits.bad_key_burst)
-    document = contract()
-    known_keys: dict[bytes, int] = {}
-    health_lock = asyncio.Lock()
-    health_checked = float("-inf")
-    health_ok = False
+def _account(stored: StoredAccount) -> wire.Account:
+    new = wire.NewAccount.of(stored.account)
+    return wire.Account(
+        id=new.id, kdf=new.kdf, wrappedDataKey=new.wrappedDataKey, createdAt=stored.created_at
+    )
 
-    async def authenticate(request: Request) -> int:
+
+class _Service:
+    """The routes' shared state: the database, the budgets, the known keys, the last health check."""
+
+    def __init__(self, database: Database, limits: Limits) -> None:
+        self.database = database
+        self.limits = limits
+        self.per_key = RateLimiter(limits.rate, limits.burst)
+        self.per_address = RateLimiter(limits.bad_key_rate, limits.bad_key_burst)
+        self.document = contract()
+        self.known_keys: dict[bytes, int] = {}
+        self.health_lock = asyncio.Lock()
+        self.health_checked = float("-inf")
+        self.health_ok = False
+
+    async def authenticate(self, request: Request) -> int:
         """The slot of the request's key; budgets checked."""
         key = keys.key_from_header(request.headers.get("authorization"))
         digest = None if key is None else keys.key_hash(key)
-        slot = None if digest is None else known_keys.get(digest)
+        slot = None if digest is None else self.known_keys.get(digest)
         if slot is None:
             # A key not yet seen to work spends its sender's address budget before
             # the database is asked: a stream of bad keys reaches the database at
             # most at that budget's rate, and guessing (hopeless anyway at 256
             # bits) or a broken client is slowed down.
             address = request.client.host if request.client else None
-            wait = per_address.take(address)
+            wait = self.per_address.take(address)
             if wait is not None:
                 raise _RateLimited(wait)
             if digest is not None:
-                slot = await run_in_threadpool(database.slot_for_key, digest)
+                slot = await run_in_threadpool(self.database.slot_for_key, digest)
             if slot is None or digest is None:
                 raise _Unauthorized
-            if len(known_keys) >= MAX_KNOWN_KEYS:
+            if len(self.known_keys) >= MAX_KNOWN_KEYS:
                 # Dicts keep insertion order: forget the longest known; it costs one lookup.
-                del known_keys[next(iter(known_keys))]
-            known_keys[digest] = slot
-        wait = per_key.take(slot)
+                del self.known_keys[next(iter(self.known_keys))]
+            self.known_keys[digest] = slot
+        wait = self.per_key.take(slot)
         if wait is not None:
             raise _RateLimited(wait)
         return slot
 
-    async def json_body(request: Request, parse: Callable[[Any], _T]) -> _T:
-        """The request's JSON body as `parse` makes it; refused early if not JSON, too large or too slow."""
+    async def json_body(self, request: Request, model: type[_M]) -> _M:
+        """The request's JSON body as `model`; refused early if not JSON, too large or too slow."""
         media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if media_type != JSON_MEDIA_TYPE:
             raise _BodyError(415, "unsupported_media_type", "the body must be application/json")
@@ -163,95 +162,95 @@ def create_app(database: Database, limits: Limits | None = None) -> Starlette:
         if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
             raise _BodyError(413, "payload_too_large", f"the body is over {MAX_BODY_BYTES} bytes")
         body = bytearray()
+        timeout = self.limits.body_timeout
         try:
             # One deadline for the whole body, not per read: a body trickled a byte
             # at a time would otherwise hold its connection for as long as it likes.
-            async with asyncio.timeout(limits.body_timeout):
+            async with asyncio.timeout(timeout):
                 async for chunk in request.stream():
                     body += chunk
                     if len(body) > MAX_BODY_BYTES:
                         raise _BodyError(413, "payload_too_large", f"the body is over {MAX_BODY_BYTES} bytes")
         except TimeoutError:
             raise _BodyError(
-                408, "request_timeout", f"the body did not arrive within {limits.body_timeout:g} s"
+                408, "request_timeout", f"the body did not arrive within {timeout:g} s"
             ) from None
         except ClientDisconnect:
             # Nobody is left to answer; this only ends the request without a traceback.
             raise _BodyError(400, "invalid_request", "the client left before its body ended") from None
         # Decoding and checking up to 32 MiB takes a good part of a second: off the
         # event loop, so that other requests are served meanwhile.
-        return await run_in_threadpool(_decode, bytes(body), parse)
+        return await run_in_threadpool(_decode, bytes(body), model)
 
-    async def account(request: Request) -> Response:
-        slot = await authenticate(request)
+    async def account(self, request: Request) -> Response:
+        """GET and POST /v1/account."""
+        slot = await self.authenticate(request)
         if request.method == "POST":
-            new = await json_body(request, validation.new_account)
-            created = await run_in_threadpool(database.create_account, slot, new)
-            return JSONResponse(_account_json(created), 201)
-        return JSONResponse(_account_json(await run_in_threadpool(database.get_account, slot)))
+            new = await self.json_body(request, wire.CheckedNewAccount)
+            created = await run_in_threadpool(self.database.create_account, slot, new.account())
+            return _answer(_account(created), 201)
+        return _answer(_account(await run_in_threadpool(self.database.get_account, slot)))
 
-    async def records(request: Request) -> Response:
-        slot = await authenticate(request)
+    async def records(self, request: Request) -> Response:
+        """GET and POST /v1/records."""
+        slot = await self.authenticate(request)
         if request.method == "POST":
-            new = await json_body(request, validation.append_request)
-            stored = await run_in_threadpool(database.append, slot, new)
-            return JSONResponse(
-                {
-                    "stored": [
-                        {
-                            "seq": r.seq,
-                            "memoryId": r.memory_id,
-                            "revision": r.revision,
-                            "storedAt": r.stored_at,
-                        }
-                        for r in stored
-                    ]
-                },
-                201,
-            )
+            new = await self.json_body(request, wire.AppendRequest)
+            records = await run_in_threadpool(new.sealed)
+            stored = await run_in_threadpool(self.database.append, slot, records)
+            entries = [
+                wire.StoredRecord(seq=r.seq, memoryId=r.memory_id, revision=r.revision, storedAt=r.stored_at)
+                for r in stored
+            ]
+            return _answer(wire.AppendResult(stored=entries), 201)
         after, limit = validation.changes_query(request.query_params)
-        page = await run_in_threadpool(database.changes, slot, after, limit, PAGE_BYTES)
-        return JSONResponse(
-            {
-                "records": [
-                    {
-                        "seq": r.seq,
-                        "memoryId": r.memory_id,
-                        "revision": r.revision,
-                        "ciphertext": base64.b64encode(r.ciphertext).decode(),
-                        "storedAt": r.stored_at,
-                    }
-                    for r in page.records
-                ],
-                "cursor": page.cursor,
-                "more": page.more,
-            }
-        )
+        page = await run_in_threadpool(self.database.changes, slot, after, limit, PAGE_BYTES)
+        return _answer(await run_in_threadpool(_changes, page))
 
-    async def health(request: Request) -> Response:
-        nonlocal health_checked, health_ok
-        async with health_lock:
-            if time.monotonic() - health_checked >= HEALTH_CHECK_INTERVAL_S:
+    async def health(self, request: Request) -> Response:
+        """GET /v1/health: the database's last answer, asked again at most every few seconds."""
+        async with self.health_lock:
+            if time.monotonic() - self.health_checked >= HEALTH_CHECK_INTERVAL_S:
                 try:
-                    await run_in_threadpool(database.ping)
-                    health_ok = True
+                    await run_in_threadpool(self.database.ping)
+                    self.health_ok = True
                 except DatabaseUnavailable:
-                    health_ok = False
+                    self.health_ok = False
                 finally:
-                    health_checked = time.monotonic()
-        if not health_ok:
+                    self.health_checked = time.monotonic()
+        if not self.health_ok:
             raise DatabaseUnavailable("the database did not answer the last health check")
-        return JSONResponse({"status": "ok"})
+        return _answer(wire.Health(status="ok"))
 
-    async def openapi(request: Request) -> Response:
-        return Response(document, media_type="application/yaml")
+    async def openapi(self, request: Request) -> Response:
+        """GET /v1/openapi.yaml: the contract, byte for byte."""
+        return Response(self.document, media_type="application/yaml")
 
+
+def _changes(page: ChangesPage) -> wire.ChangesPage:
+    # Up to a few MiB of base64, encoded and checked off the event loop.
+    records = [
+        wire.Record(
+            seq=r.seq,
+            memoryId=r.memory_id,
+            revision=r.revision,
+            ciphertext=base64.b64encode(r.ciphertext).decode(),
+            storedAt=r.stored_at,
+        )
+        for r in page.records
+    ]
+    return wire.ChangesPage(records=records, cursor=page.cursor, more=page.more)
+
+
+def create_app(database: Database, limits: Limits | None = None) -> Starlette:
+    """The ASGI application serving `database` under the contract."""
+    service = _Service(database, limits or Limits())
     return Starlette(
         routes=[
-            Route("/v1/health", health, methods=["GET"]),
-            Route("/v1/openapi.yaml", openapi, methods=["GET"]),
-            Route("/v1/account", account, methods=["GET", "POST"]),
-            Route("/v1/records", records, methods=["GET", "POST"]),
+            Route("/v1/health", service.health, methods=["GET"]),
+            Route("/v1/openapi.yaml", service.openapi, methods=["GET"]),
+            Route("/v1/account", service.account, methods=["GET", "POST"]),
+            Route("/v1/records", service.records, methods=["GET", "POST"]),
         ],
         exception_handlers={
             _Unauthorized: _unauthorized,
@@ -260,7 +259,7 @@ def create_app(database: Database, limits: Limits | None = None) -> Starlette:
             validation.InvalidRequest: _invalid,
             NoAccount: _no_account,
             AccountExists: _account_exists,
-            Conflict: _conflict,
+            RevisionConflict: _conflict,
             DatabaseUnavailable: _unavailable,
             HTTPException: _http_error,
             Exception: _internal,
@@ -268,18 +267,18 @@ def create_app(database: Database, limits: Limits | None = None) -> Starlette:
     )
 
 
-def _decode(body: bytes, parse: Callable[[Any], _T]) -> _T:
-    """`parse` of the JSON in `body`; InvalidRequest if it is not JSON in UTF-8."""
+def _decode(body: bytes, model: type[_M]) -> _M:
+    """The JSON in `body` as `model`; InvalidRequest if it is not JSON in UTF-8 or not that shape."""
     try:
         # Decoded here: json.loads would also guess UTF-16 or UTF-32 from bytes,
         # and JSON on the wire is UTF-8 (RFC 8259).
         document = json.loads(body.decode("utf-8"), parse_constant=_refuse_constant)
     except (ValueError, RecursionError):
         raise validation.InvalidRequest("the body is not valid JSON (UTF-8)") from None
-    return parse(document)
+    return validation.request_body(model, document)
 
 
-def _refuse_constant(name: str) -> Any:
+def _refuse_constant(name: str) -> NoReturn:
     # NaN and Infinity are not JSON, though Python's decoder accepts them.
     raise ValueError(f"{name} is not JSON")
 
@@ -317,8 +316,11 @@ async def _account_exists(request: Request, exc: Exception) -> Response:
 
 
 async def _conflict(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, Conflict)
-    return error(409, "revision_conflict", str(exc), memoryId=exc.memory_id, revision=exc.revision)
+    assert isinstance(exc, RevisionConflict)
+    detail = wire.ErrorDetail(
+        code="revision_conflict", message=str(exc), memoryId=exc.memory_id, revision=exc.revision
+    )
+    return _answer(wire.Error(error=detail), 409)
 
 
 async def _unavailable(request: Request, exc: Exception) -> Response:

@@ -12,17 +12,27 @@ every user of the machine). Neither command ever prints the URL.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import socket
-import sys
 
 from squirrel_mcp import __version__
+from squirrel_mcp.cli import print_error
+from squirrel_mcp.config import is_loopback
 from squirrel_mcp.syncserver import keys
-from squirrel_mcp.syncserver.app import Limits, create_app
-from squirrel_mcp.syncserver.connections import Listener, connection_budget, guarded_protocol
 from squirrel_mcp.syncserver.database import Database, DatabaseError, DatabaseUnavailable
 
+try:
+    # The server extra; without it only this message can be given, by `main`.
+    import uvicorn
+
+    from squirrel_mcp.syncserver.app import Limits, create_app
+    from squirrel_mcp.syncserver.connections import Listener, connection_budget, guarded_protocol
+except ImportError as missing:
+    _MISSING: str | None = missing.name or "Starlette and uvicorn"
+else:
+    _MISSING = None
+
+PROGRAM = "squirrel-mcp-sync"
 DEFAULT_PORT = 8765
 DATABASE_ENV = "SQUIRREL_SYNC_DATABASE"
 DEFAULT_MAX_CONNECTIONS = 1000
@@ -78,15 +88,21 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run `squirrel-mcp-sync`; the process exit code."""
+    if _MISSING is not None:
+        print_error(
+            f"the sync server needs {_MISSING}, which is not installed: pip install 'squirrel-mcp[server]'",
+            program=PROGRAM,
+        )
+        return 1
     args = _parser().parse_args(argv)
     url = args.database or os.environ.get(DATABASE_ENV)
     if not url:
-        print(f"squirrel-mcp-sync: give --database URL or set {DATABASE_ENV}", file=sys.stderr)
+        print_error(f"give --database URL or set {DATABASE_ENV}", program=PROGRAM)
         return 2
     try:
         database = Database(url)
     except (DatabaseError, DatabaseUnavailable) as problem:
-        print(f"squirrel-mcp-sync: {problem}", file=sys.stderr)
+        print_error(str(problem), program=PROGRAM)
         return 1
     try:
         if args.command == "issue-key":
@@ -100,33 +116,28 @@ def _issue_key(database: Database) -> int:
     key = keys.new_key()
     database.add_slot(keys.key_hash(key))
     print(key)
-    print(
-        "squirrel-mcp-sync: this key is shown once; the server keeps only its hash. "
+    print_error(
+        "this key is shown once; the server keeps only its hash. "
         "Give it to squirrel-mcp as SQUIRREL_API_KEY.",
-        file=sys.stderr,
+        program=PROGRAM,
     )
     return 0
 
 
 def _serve(database: Database, args: argparse.Namespace) -> int:
-    import uvicorn
-
     if args.rate_limit <= 0 or args.burst < 1:
-        print("squirrel-mcp-sync: --rate-limit must be positive and --burst at least 1", file=sys.stderr)
+        print_error("--rate-limit must be positive and --burst at least 1", program=PROGRAM)
         return 2
     if args.max_connections < 1 or not args.header_timeout > 0 or not args.body_timeout > 0:
-        print(
-            "squirrel-mcp-sync: --max-connections must be at least 1, and the timeouts positive",
-            file=sys.stderr,
-        )
+        print_error("--max-connections must be at least 1, and the timeouts positive", program=PROGRAM)
         return 2
     app = create_app(database, Limits(rate=args.rate_limit, burst=args.burst, body_timeout=args.body_timeout))
     max_connections, fd_ceiling, file_limit = connection_budget(args.max_connections)
     if max_connections < args.max_connections:
-        print(
-            f"squirrel-mcp-sync: at most {max_connections} connections at once, "
+        print_error(
+            f"at most {max_connections} connections at once, "
             f"to stay within the limit of {file_limit} open files (ulimit -n)",
-            file=sys.stderr,
+            program=PROGRAM,
         )
     # The socket is bound here, not by uvicorn, so that --port 0 can say which port it got.
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
@@ -139,21 +150,16 @@ def _serve(database: Database, args: argparse.Namespace) -> int:
     try:
         listener.bind((args.host, args.port))
     except OSError as problem:
-        print(
-            f"squirrel-mcp-sync: cannot listen on {args.host}:{args.port} ({problem.strerror})",
-            file=sys.stderr,
-        )
+        print_error(f"cannot listen on {args.host}:{args.port} ({problem.strerror})", program=PROGRAM)
         return 1
     host, port = listener.getsockname()[:2]
     shown = f"[{host}]" if family == socket.AF_INET6 else host
-    print(
-        f"squirrel-mcp-sync: serving http://{shown}:{port} ({database.dialect})", file=sys.stderr, flush=True
-    )
-    if not _is_loopback(args.host):
-        print(
-            "squirrel-mcp-sync: this speaks plain HTTP; put it behind a TLS reverse proxy "
+    print_error(f"serving http://{shown}:{port} ({database.dialect})", program=PROGRAM)
+    if not is_loopback(args.host):
+        print_error(
+            "this speaks plain HTTP; put it behind a TLS reverse proxy "
             "(docs/sync-server.md), since API keys travel in every request",
-            file=sys.stderr,
+            program=PROGRAM,
         )
     config = uvicorn.Config(
         app,
@@ -165,10 +171,3 @@ def _serve(database: Database, args: argparse.Namespace) -> int:
     )
     uvicorn.Server(config).run(sockets=[listener])
     return 0
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"

@@ -27,15 +27,23 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
+from squirrel_mcp.crypto import KdfParams
 from squirrel_mcp.files import create_private_file
+from squirrel_mcp.models import now_iso
+from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, sqlite
+
+if TYPE_CHECKING:
+    import psycopg
+
+    # Rows are tuples whose items are whatever the columns hold.
+    _Connection = sqlite3.Connection | psycopg.Connection[tuple[Any, ...]]
+    _DbCursor = sqlite3.Cursor | psycopg.Cursor[tuple[Any, ...]]
 
 SCHEMA_VERSION = 1
-SQLITE_BUSY_TIMEOUT_S = 10
 # Idle connections kept for reuse; more are opened when more requests run at once.
 POOL_SIZE = 8
 
@@ -56,45 +64,12 @@ class AccountExists(Exception):
     """The slot already holds an account."""
 
 
-class Conflict(Exception):
-    """A record of an append is not its memory's next revision; nothing was stored."""
-
-    def __init__(self, memory_id: str, revision: int, expected: int) -> None:
-        if revision < expected:
-            reason = f"memory {memory_id} already has a revision {revision}"
-        else:
-            reason = f"memory {memory_id} cannot skip to revision {revision}"
-        super().__init__(f"{reason}; its next revision is {expected}")
-        self.memory_id = memory_id
-        self.revision = revision
-
-
 @dataclass(frozen=True)
-class NewAccount:
-    """What a client stores as its account: exactly the local vault's account record."""
+class StoredAccount:
+    """An account as the server holds it: what the client stored, and when."""
 
-    account_id: str
-    salt: bytes
-    n: int
-    r: int
-    p: int
-    wrapped_data_key: bytes
-
-
-@dataclass(frozen=True)
-class StoredAccount(NewAccount):
-    """An account as the server holds it: with the time it was created."""
-
+    account: Account
     created_at: str
-
-
-@dataclass(frozen=True)
-class NewRecord:
-    """A sealed memory revision to append."""
-
-    memory_id: str
-    revision: int
-    ciphertext: bytes
 
 
 @dataclass(frozen=True)
@@ -162,11 +137,6 @@ def _schema(d: _Dialect) -> list[str]:
     ]
 
 
-def now() -> str:
-    """The current UTC time, RFC 3339 with microseconds."""
-    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
 def sqlite_path(url: str) -> Path | None:
     """The file of a `sqlite:///absolute/path` URL; None for another scheme."""
     parts = urlsplit(url)
@@ -194,7 +164,7 @@ class Database:
             self._errors = _postgres_errors()
         else:
             raise DatabaseError("the database URL must start with sqlite:/// or postgresql://")
-        self._idle: list[Any] = []
+        self._idle: list[_Connection] = []
         self._pool_lock = threading.Lock()
         self._create_schema()
 
@@ -205,19 +175,10 @@ class Database:
 
     # Connections ----------------------------------------------------------
 
-    def _connect(self) -> Any:
+    def _connect(self) -> _Connection:
         try:
             if self._sqlite_path is not None:
-                connection = sqlite3.connect(
-                    self._sqlite_path,
-                    timeout=SQLITE_BUSY_TIMEOUT_S,
-                    isolation_level=None,
-                    check_same_thread=False,
-                )
-                connection.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_S * 1000}")
-                connection.execute("PRAGMA journal_mode = WAL")
-                # An acknowledged append must survive a crash or power loss.
-                connection.execute("PRAGMA synchronous = FULL")
+                connection = sqlite.connect(self._sqlite_path)
                 connection.execute("PRAGMA foreign_keys = ON")
                 return connection
             import psycopg
@@ -308,9 +269,10 @@ class Database:
     def add_slot(self, key_hash: bytes) -> int:
         """A new empty slot opened by the key with this hash; its id."""
         with self._transaction(write=True) as cursor:
-            row = cursor.execute(
-                "INSERT INTO slots (key_hash, created_at) VALUES (?, ?) RETURNING slot_id", (key_hash, now())
-            ).fetchone()
+            row = cursor.one(
+                "INSERT INTO slots (key_hash, created_at) VALUES (?, ?) RETURNING slot_id",
+                (key_hash, now_iso("microseconds")),
+            )
         return int(row[0])
 
     def slot_for_key(self, key_hash: bytes) -> int | None:
@@ -329,32 +291,33 @@ class Database:
             ).fetchone()
         if row is None or row[0] is None:
             raise NoAccount
-        return StoredAccount(row[0], bytes(row[1]), row[2], row[3], row[4], bytes(row[5]), row[6])
+        kdf = KdfParams(salt=bytes(row[1]), n=row[2], r=row[3], p=row[4])
+        return StoredAccount(Account(row[0], kdf, bytes(row[5])), row[6])
 
-    def create_account(self, slot: int, new: NewAccount) -> StoredAccount:
+    def create_account(self, slot: int, account: Account) -> StoredAccount:
         """Store the slot's account; AccountExists if it has one (nothing changes then)."""
-        account = StoredAccount(**vars(new), created_at=now())
+        created_at = now_iso("microseconds")
         with self._transaction(write=True) as cursor:
             updated = cursor.execute(
                 "UPDATE slots SET account_id = ?, kdf_salt = ?, kdf_n = ?, kdf_r = ?, kdf_p = ?, "
                 "wrapped_data_key = ?, account_created_at = ? WHERE slot_id = ? AND account_id IS NULL",
                 (
                     account.account_id,
-                    account.salt,
-                    account.n,
-                    account.r,
-                    account.p,
+                    account.kdf.salt,
+                    account.kdf.n,
+                    account.kdf.r,
+                    account.kdf.p,
                     account.wrapped_data_key,
-                    account.created_at,
+                    created_at,
                     slot,
                 ),
             ).rowcount
         if updated != 1:
             raise AccountExists
-        return account
+        return StoredAccount(account, created_at)
 
-    def append(self, slot: int, records: list[NewRecord]) -> list[StoredRecord]:
-        """Store every record or none; Conflict names the first that is not its memory's next revision.
+    def append(self, slot: int, records: list[SealedRecord]) -> list[StoredRecord]:
+        """Store every record or none; RevisionConflict names the first that is not its memory's next one.
 
         A memory's next revision is one more than its highest stored one (1 for
         a new memory), and a batch may carry several consecutive revisions of
@@ -362,7 +325,7 @@ class Database:
         would leave the memory with a revision no client can ever follow, and
         so unreadable for good.
         """
-        stored_at = now()
+        stored_at = now_iso("microseconds")
         stored: list[StoredRecord] = []
         with self._transaction(write=True) as cursor:
             row = cursor.execute(self._dialect.slot_for_append, (slot,)).fetchone()
@@ -374,14 +337,14 @@ class Database:
             last: dict[str, int] = {}
             for record in records:
                 if record.memory_id not in last:
-                    (highest,) = cursor.execute(
+                    (highest,) = cursor.one(
                         "SELECT MAX(revision) FROM records WHERE slot_id = ? AND memory_id = ?",
                         (slot, record.memory_id),
-                    ).fetchone()
+                    )
                     last[record.memory_id] = 0 if highest is None else int(highest)
                 expected = last[record.memory_id] + 1
                 if record.revision != expected:
-                    raise Conflict(record.memory_id, record.revision, expected)
+                    raise RevisionConflict(record.memory_id, record.revision, expected)
                 last[record.memory_id] = expected
                 seq += 1
                 cursor.execute(
@@ -436,16 +399,23 @@ class Database:
 class _Cursor:
     """The one call this module needs, with `?` placeholders on both databases."""
 
-    def __init__(self, connection: Any, dialect: _Dialect) -> None:
+    def __init__(self, connection: _Connection, dialect: _Dialect) -> None:
         self._connection = connection
         self._postgres = dialect is _POSTGRES
 
-    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+    def execute(self, sql: str, params: tuple[object, ...] = ()) -> _DbCursor:
         """Run one statement; the DB-API cursor (fetchone, fetchall, rowcount)."""
         if self._postgres:
             # No statement here holds a literal "?" or "%", so this is exact.
             sql = sql.replace("?", "%s")
         return self._connection.execute(sql, params)
+
+    def one(self, sql: str, params: tuple[object, ...] = ()) -> tuple[Any, ...]:
+        """The row of a statement that always returns exactly one (an aggregate, INSERT ... RETURNING)."""
+        row = self.execute(sql, params).fetchone()
+        if row is None:
+            raise DatabaseError("the database returned no row where one is certain")
+        return tuple(row)
 
 
 @dataclass(frozen=True)
@@ -468,7 +438,7 @@ def _postgres_errors() -> _Errors:
     return _Errors((psycopg.Error,), (psycopg.OperationalError, psycopg.InterfaceError))
 
 
-def _close_quietly(connection: Any) -> None:
+def _close_quietly(connection: _Connection) -> None:
     # A connection being dropped may be broken already; closing it is best effort.
     with contextlib.suppress(Exception):
         connection.close()
