@@ -35,7 +35,7 @@ import numpy as np
 from squirrel_mcp import search
 from squirrel_mcp.index import SearchIndex
 from squirrel_mcp.models import Revision
-from squirrel_mcp.ranking import Candidate, RankOptions
+from squirrel_mcp.ranking import RankOptions
 from squirrel_mcp_embeddings import embedder, plugin, vectors
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,9 +135,8 @@ def run_size(
     def one_search(query: str) -> float:
         began = time.perf_counter()
         outcome = search.search(index, query, NOW, limit=None)
-        candidates = [Candidate(hit.memory, hit.score, hit.lexical_score) for hit in outcome.hits]
-        options = RankOptions(10, False, None, (), NOW, lambda _: True)
-        answer = hybrid.rank(query, candidates, outcome.total, options)
+        options = RankOptions(10, False, None, (), NOW)
+        answer = hybrid.rank(query, outcome.hits, outcome.total, options)
         assert answer is not None
         assert answer.ranking == "hybrid"
         return time.perf_counter() - began

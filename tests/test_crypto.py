@@ -78,3 +78,19 @@ def test_new_parameters_are_the_strong_defaults() -> None:
     params.validate()
     assert (params.n, params.r, params.p) == (2**17, 8, 1)
     assert params.salt != crypto.KdfParams.new().salt
+
+
+def test_a_derived_key_is_per_purpose_and_never_the_data_key() -> None:
+    data_key = crypto.new_data_key()
+    key = crypto.derive_key(data_key, "memory-vectors")
+    assert len(key) == crypto.KEY_BYTES and key == crypto.derive_key(data_key, "memory-vectors")
+    assert key not in (data_key, crypto.derive_key(data_key, "something-else"))
+    assert key != crypto.derive_key(crypto.new_data_key(), "memory-vectors")
+    with pytest.raises(ValueError, match="purpose"):
+        crypto.derive_key(data_key, "")
+
+
+def test_a_derived_key_is_hkdf_sha256_under_the_purpose_label() -> None:
+    # A known answer: vector files written before must still open, so the derivation never changes.
+    expected = "5ac8245003d2640cc8afe5716ab2a9131e5c05ef849b8336c7115a08d93fa8f4"
+    assert crypto.derive_key(KEY, "memory-vectors").hex() == expected

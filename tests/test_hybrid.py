@@ -241,7 +241,7 @@ def open_hybrid(
 
 
 def options(limit: int = 10) -> RankOptions:
-    return RankOptions(limit, False, None, (), datetime.now(UTC), lambda _: True)
+    return RankOptions(limit, False, None, (), datetime.now(UTC))
 
 
 def save_many(store: MemoryStore, n: int) -> list[Revision]:
@@ -403,14 +403,11 @@ def test_meaning_only_hits_pass_the_filters_and_the_servers_check(store: MemoryS
     hybrid = open_hybrid(store, tmp_path / "v.bin", CountingModel(), [])
     reader = MemoryReader(store)
 
-    def keeps(m: Revision) -> bool:
-        return "keep" in m.tags
-
-    filtered = RankOptions(10, True, None, ("keep",), datetime.now(UTC), keeps)
+    filtered = RankOptions(10, True, None, ("keep",), datetime.now(UTC))
     answer = hybrid.rank("q", [], 0, filtered)
     assert answer is not None and [hit.memory_id for hit in answer.hits] == [saved[1].id]
     assert check_ranking(answer, [], filtered, reader.get) is None
-    everything = RankOptions(3, True, None, (), datetime.now(UTC), lambda _: True)
+    everything = RankOptions(3, True, None, (), datetime.now(UTC))
     answer = hybrid.rank("q", [], 0, everything)
     assert answer is not None and check_ranking(answer, [], everything, reader.get) is None
     assert answer.total == 5 and len(answer.hits) == 3  # floor -1: all members, no near misses left

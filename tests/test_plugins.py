@@ -94,7 +94,7 @@ def candidates_of(store: MemoryStore) -> list[Candidate]:
 
 
 def options(limit: int = 10, near_misses: bool = False) -> RankOptions:
-    return RankOptions(limit, near_misses, None, (), datetime.now(UTC), lambda memory: True)
+    return RankOptions(limit, near_misses, None, (), datetime.now(UTC))
 
 
 def rank(host: plugins.PluginHost, store: MemoryStore, **kwargs: Any) -> tuple[Ranking, list[Candidate]]:

@@ -5,6 +5,7 @@ The key hierarchy (docs/security.md says it in plain words):
     passphrase --scrypt(salt, N, r, p)--> key-encryption key (KEK)
     KEK --AES-256-GCM--> wraps a random 256-bit data key
     data key --AES-256-GCM--> each memory revision
+    data key --HKDF-SHA256("squirrel-mcp/v1/<purpose>")--> a plugin's own key (`derive_key`)
 
 Storage only ever holds the salt, the KDF parameters, the wrapped data key and
 sealed records. Every AES-GCM operation carries associated data naming what the
@@ -19,7 +20,8 @@ import secrets
 from dataclasses import dataclass
 
 from Crypto.Cipher import AES
-from Crypto.Protocol.KDF import scrypt
+from Crypto.Hash import SHA256
+from Crypto.Protocol.KDF import HKDF, scrypt
 
 KEY_BYTES = 32
 NONCE_BYTES = 12
@@ -158,3 +160,17 @@ def unwrap_data_key(passphrase: str, params: KdfParams, account_id: str, wrapped
     if len(data_key) != KEY_BYTES:
         raise WrongPassphraseError("the vault's wrapped data key has the wrong length")
     return data_key
+
+
+def derive_key(data_key: bytes, purpose: str) -> bytes:
+    """A 256-bit key for one `purpose`: HKDF-SHA256 of the data key under "squirrel-mcp/v1/<purpose>".
+
+    A plugin that keeps private data on disk (vectors) encrypts it under such a key,
+    so the data key itself never leaves the store. Each purpose gets an independent
+    key, so one plugin's file cannot be opened with another's.
+    """
+    if not purpose:
+        raise ValueError("a key needs a purpose label")
+    derived = HKDF(data_key, KEY_BYTES, b"", SHA256, context=f"squirrel-mcp/v1/{purpose}".encode())
+    assert isinstance(derived, bytes)
+    return derived

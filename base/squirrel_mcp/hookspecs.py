@@ -2,9 +2,10 @@
 
 A plugin is a module or object with functions marked `@hookimpl`, named like the
 specs below, registered through the entry-point group `squirrel_mcp` (see
-docs/plugins.md). An implementation may accept any subset of a spec's arguments.
-Hooks only ever gain arguments, never lose or rename them, so a plugin written
-today keeps working.
+docs/plugins.md). A plugin imports `hookimpl` and the types below from
+`squirrel_mcp.plugin_api`, the one module of squirrel-mcp it needs. An
+implementation may accept any subset of a spec's arguments. Hooks only ever gain
+arguments, never lose or rename them, so a plugin written today keeps working.
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ def rank_memories(
       lexical first. Every match when a ranker besides lexical is installed; with
       lexical alone, only the top `options.limit`.
     - `total`: how many memories match by words.
-    - `options`: limit, nearMisses, the category and tag filters (and `accepts`,
-      which applies them), the search's clock.
+    - `options`: limit, nearMisses, the category and tag filters (its method
+      `accepts(memory)` applies them), the search's clock.
 
     Return a `Ranking`, or None to defer. An answer that raises, breaks the rules of
     `Ranking` (unknown ids, scores that are not finite, too many hits) or takes more

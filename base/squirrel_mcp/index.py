@@ -116,6 +116,12 @@ class SearchIndex:
         """How many memories the index holds."""
         return len(self.entries)
 
+    def memory(self, memory_id: str) -> Revision | None:
+        """The indexed revision of a live memory, or None when the index holds no memory with this id."""
+        with self.lock:
+            entry = self.entries.get(memory_id)
+        return None if entry is None else entry.memory
+
     def add(self, memory: Revision) -> None:
         """Index `memory`, replacing any earlier revision of it."""
         full: dict[str, float] = {}

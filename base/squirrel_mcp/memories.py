@@ -18,8 +18,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from Crypto.Hash import SHA256
-from Crypto.Protocol.KDF import HKDF
 from pydantic import ValidationError
 
 from squirrel_mcp import crypto
@@ -204,6 +202,17 @@ class MemoryStore:
         with self._lock:
             history = self._histories.get(memory_id)
             return [] if history is None else history.unreadable_above()
+
+    def live(self, memory_id: str) -> Revision | None:
+        """The latest revision of a live memory as the search index holds it, or None; no pull.
+
+        What a search may return: the server checks a ranker's answer against it.
+        """
+        return self.index.memory(memory_id)
+
+    def derive_key(self, purpose: str) -> bytes:
+        """A key of its own for `purpose`, derived from the data key (`crypto.derive_key`)."""
+        return crypto.derive_key(self._key, purpose)
 
     def history(self, memory_id: str) -> list[Revision]:
         """Every readable revision, oldest first."""
@@ -423,19 +432,8 @@ class MemoryReader:
         return self._store.account_id
 
     def derive_key(self, purpose: str) -> bytes:
-        """A 256-bit key of the plugin's own, HKDF-SHA256 of the data key under a `purpose` label.
-
-        A plugin that keeps private data on disk (vectors) encrypts it under this key;
-        the data key itself never leaves the store. Each purpose gets an independent
-        key, so one plugin's file cannot be opened with another's.
-        """
-        if not purpose:
-            raise ValueError("a key needs a purpose label")
-        derived = HKDF(
-            self._store._key, crypto.KEY_BYTES, b"", SHA256, context=f"squirrel-mcp/v1/{purpose}".encode()
-        )
-        assert isinstance(derived, bytes)
-        return derived
+        """A 256-bit key of the plugin's own for `purpose` (`crypto.derive_key`), never the data key."""
+        return self._store.derive_key(purpose)
 
     def current(self) -> list[Revision]:
         """The latest readable revision of every live memory, newest change first."""
@@ -443,6 +441,4 @@ class MemoryReader:
 
     def get(self, memory_id: str) -> Revision | None:
         """The latest revision of a live memory, or None when no live memory has this id."""
-        with self._store.index.lock:
-            entry = self._store.index.entries.get(memory_id)
-        return None if entry is None else entry.memory
+        return self._store.live(memory_id)

@@ -20,6 +20,7 @@ that search is lexical, the plugin is set aside for the session, one line says s
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import functools
 import importlib
@@ -30,7 +31,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import pluggy
 
@@ -108,7 +108,11 @@ def one_plugin_caller(pm: pluggy.PluginManager, hook: str, name: str) -> pluggy.
     return pm.subset_hook_caller(hook, remove_plugins=others)
 
 
-def register_commands(pm: pluggy.PluginManager, commands: Any, log: Log = log_line) -> None:
+def register_commands(
+    pm: pluggy.PluginManager,
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    log: Log = log_line,
+) -> None:
     """Let each plugin add its subcommands to `commands`; one that fails is left out, saying so."""
     for plugin in pm.get_plugins():
         name = pm.get_name(plugin)
@@ -134,16 +138,16 @@ def shape(value: object) -> str:
 def trace_hooks(pm: pluggy.PluginManager, log: Log = log_line) -> None:
     """Log each hook call: its name, its arguments' types and sizes, the plugins called, the result's type."""
 
-    def before(hook_name: str, hook_impls: Sequence[pluggy.HookImpl], kwargs: Mapping[str, Any]) -> None:
+    def before(hook_name: str, hook_impls: Sequence[pluggy.HookImpl], kwargs: Mapping[str, object]) -> None:
         arguments = ", ".join(f"{name}={shape(value)}" for name, value in kwargs.items())
         plugins = ", ".join(impl.plugin_name for impl in reversed(hook_impls))
         log(f"hook {hook_name}({arguments}) -> [{plugins}]")
 
     def after(
-        outcome: pluggy.Result[Any],
+        outcome: pluggy.Result[object],
         hook_name: str,
         hook_impls: Sequence[pluggy.HookImpl],
-        kwargs: Mapping[str, Any],
+        kwargs: Mapping[str, object],
     ) -> None:
         if outcome.exception is not None:
             log(f"hook {hook_name} raised {type(outcome.exception).__name__}")
@@ -206,7 +210,7 @@ class PluginHost:
             self._set_aside.add(name)
         self._log(f"plugin {name} failed in {hook} ({reason}); it is set aside for this session")
 
-    def _guarded(self, name: str, hook: str, **kwargs: Any) -> None:
+    def _guarded(self, name: str, hook: str, **kwargs: object) -> None:
         """Call one plugin's hook in its worker thread; a failure sets the plugin aside."""
         if name in self._set_aside:
             return
@@ -283,7 +287,7 @@ class PluginHost:
             for impl in self.pm.hook.rank_memories.get_hookimpls()
         )
 
-    def _bounded(self, name: str, kwargs: dict[str, Any]) -> tuple[object, str | None]:
+    def _bounded(self, name: str, kwargs: dict[str, object]) -> tuple[object, str | None]:
         """One plugin's rank_memories answer, or why there is none: it raised or was too slow."""
         outcome: list[tuple[object, str | None]] = []
         done = threading.Event()
@@ -310,7 +314,7 @@ class PluginHost:
         lookup: Callable[[str], Revision | None],
     ) -> Ranking:
         """The first usable ranking, in pluggy's call order; the lexical default's when no other is."""
-        kwargs: dict[str, Any] = {
+        kwargs: dict[str, object] = {
             "query": query,
             "candidates": candidates,
             "total": total,

@@ -46,8 +46,18 @@ class RankOptions:
     """Only memories carrying every one of these tags (compared ignoring case)."""
     now: datetime
     """The search's clock, for recency decay."""
-    accepts: Callable[[Revision], bool]
-    """Whether a memory passes the category and tag filters above."""
+
+    @property
+    def filtered(self) -> bool:
+        """Whether a category or tag filter is set (when not, every memory passes)."""
+        return self.category is not None or bool(self.tags)
+
+    def accepts(self, memory: Revision) -> bool:
+        """Whether a memory passes the category and tag filters above."""
+        if self.category is not None and memory.category != self.category:
+            return False
+        held = {tag.casefold() for tag in memory.tags}
+        return all(tag.casefold() in held for tag in self.tags)
 
 
 @dataclass(frozen=True)

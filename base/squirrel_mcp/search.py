@@ -24,7 +24,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from squirrel_mcp.index import HALF, SECONDS_PER_DAY, SearchIndex, recency
-from squirrel_mcp.models import HALF_LIFE_DAYS, Revision
+from squirrel_mcp.models import HALF_LIFE_DAYS, Revision, parse_iso
+from squirrel_mcp.ranking import Candidate
 from squirrel_mcp.text.tokens import (
     QueryWord,
     content_words,
@@ -60,20 +61,19 @@ def decay(category: str, age_days: float) -> float:
     return recency(category, max(0.0, age_days) * SECONDS_PER_DAY)
 
 
-@dataclass(frozen=True)
-class Hit:
-    """One search result before it becomes a tool result."""
-
-    memory: Revision
-    score: float
-    lexical_score: float
+def age_days(memory: Revision, now: datetime) -> float:
+    """Days since the memory last changed as of `now`, as `decay` counts them (never negative)."""
+    return max(0.0, (now - parse_iso(memory.updatedAt)).total_seconds() / SECONDS_PER_DAY)
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """The best hits in rank order, how many matched in all, and a note for the agent when there is one."""
+    """The best hits in rank order, how many matched in all, and a note for the agent when there is one.
 
-    hits: list[Hit]
+    The hits are the `Candidate`s a ranker is handed, as they are.
+    """
+
+    hits: list[Candidate]
     total: int
     note: str | None = None
 
@@ -260,7 +260,8 @@ def search(
             chosen = [memory_id for memory_id, score in scores.items() if score >= cutoff]
         shares = _lexical_scores(index, wanted, held, chosen)
         hits = [
-            Hit(index.entries[memory_id].memory, scores[memory_id], shares[memory_id]) for memory_id in chosen
+            Candidate(index.entries[memory_id].memory, scores[memory_id], shares[memory_id])
+            for memory_id in chosen
         ]
     hits.sort(key=lambda hit: (-hit.score, -hit.lexical_score, hit.memory.id))
     return Outcome(hits[:limit], total)
@@ -295,9 +296,10 @@ def _best_of(postings: dict[str, dict[str, float]], term: str, found: list[str])
     return best
 
 
-def likely_duplicates(index: SearchIndex, new: Revision, limit: int = 3) -> list[Hit]:
+def likely_duplicates(index: SearchIndex, new: Revision, limit: int = 3) -> list[Candidate]:
     """Other memories that say much the same as `new`: at least half their content words shared.
 
+    Each comes with that share (Jaccard overlap of content words) as both its scores.
     `new` must already be in the index (the store indexes every saved revision).
     """
     with index.lock:
@@ -314,6 +316,6 @@ def likely_duplicates(index: SearchIndex, new: Revision, limit: int = 3) -> list
             shared = len(words.intersection(entry.content))
             overlap = shared / (len(words) + len(entry.content) - shared)
             if overlap >= 0.5:
-                found.append(Hit(entry.memory, overlap, overlap))
+                found.append(Candidate(entry.memory, overlap, overlap))
     found.sort(key=lambda hit: (-hit.score, hit.memory.id))
     return found[:limit]

@@ -31,7 +31,7 @@ from pydantic import Field, JsonValue, ValidationError
 from pydantic.json_schema import SkipJsonSchema
 
 from squirrel_mcp import __version__, search
-from squirrel_mcp.memories import MemoryOperationError, MemoryReader, MemoryStore
+from squirrel_mcp.memories import MemoryOperationError, MemoryStore
 from squirrel_mcp.models import (
     HALF_LIFE_DAYS,
     Category,
@@ -45,7 +45,7 @@ from squirrel_mcp.models import (
     Tags,
 )
 from squirrel_mcp.plugins import PluginHost, get_plugin_manager
-from squirrel_mcp.ranking import Candidate, RankedHit, RankOptions
+from squirrel_mcp.ranking import RankedHit, RankOptions
 from squirrel_mcp.results import (
     ChangeResult,
     ContextResult,
@@ -173,30 +173,25 @@ def run_search(
     measure is what an agent gets.
     """
     store.refresh_if_stale()
-
-    def accepts(memory: Revision) -> bool:
-        return (category is None or memory.category == category) and _has_tags(memory, tags)
-
+    options = RankOptions(
+        limit=limit, near_misses=near_misses, category=category, tags=tuple(tags or ()), now=now
+    )
     # Another ranker may rank any word match, so it gets all of them; lexical needs the top `limit`.
     everything = host.has_rankers()
-    outcome = search.search(store.index, query, now, limit=None if everything else limit, keep=accepts)
+    outcome = search.search(
+        store.index,
+        query,
+        now,
+        limit=None if everything else limit,
+        keep=options.accepts if options.filtered else None,
+    )
     if outcome.note is not None and not everything:
         return SearchResult(results=[], total=0, ranking="lexical", note=outcome.note)
-    candidates = [Candidate(hit.memory, hit.score, hit.lexical_score) for hit in outcome.hits]
-    options = RankOptions(
-        limit=limit,
-        near_misses=near_misses,
-        category=category,
-        tags=tuple(tags or ()),
-        now=now,
-        accepts=accepts,
-    )
-    reader = MemoryReader(store)
-    ranked = host.rank(query, candidates, outcome.total, options, reader.get)
-    found = {candidate.memory.id: candidate.memory for candidate in candidates}
+    ranked = host.rank(query, outcome.hits, outcome.total, options, store.live)
+    found = {candidate.memory.id: candidate.memory for candidate in outcome.hits}
     views = []
     for hit in ranked.hits:
-        memory = found.get(hit.memory_id) or reader.get(hit.memory_id)
+        memory = found.get(hit.memory_id) or store.live(hit.memory_id)
         # check_ranking made sure of it; a memory deleted since then is simply left out.
         if memory is not None:
             views.append(_hit_view(memory, hit))

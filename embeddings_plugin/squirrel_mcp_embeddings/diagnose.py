@@ -38,9 +38,8 @@ from types import FrameType
 from typing import NoReturn
 
 from squirrel_mcp.cli import USER_ERRORS, UserError, open_store
-from squirrel_mcp.config import Config
 from squirrel_mcp.memories import MemoryStore
-from squirrel_mcp.models import Revision
+from squirrel_mcp.plugin_api import Config, Revision
 from squirrel_mcp.plugins import PluginHost, get_plugin_manager
 from squirrel_mcp.results import SearchResult
 from squirrel_mcp.server import MAX_SEARCH_LIMIT, run_search

@@ -25,19 +25,29 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from squirrel_mcp.hookspecs import hookimpl
-from squirrel_mcp.memories import MemoryReader
-from squirrel_mcp.models import Revision, parse_iso
-from squirrel_mcp.ranking import Candidate, RankedHit, Ranking, RankOptions
-from squirrel_mcp.search import decay
+from squirrel_mcp.plugin_api import (
+    MAX_NEAR_MISSES,
+    Candidate,
+    MemoryReader,
+    RankedHit,
+    Ranking,
+    RankOptions,
+    Revision,
+    age_days,
+    decay,
+    hookimpl,
+)
 from squirrel_mcp_embeddings import fusion, vectors
 from squirrel_mcp_embeddings.integrity import MANIFEST_NAME, PACKAGED_MODEL_DIR, ModelNotLoaded, status_line
+
+if TYPE_CHECKING:
+    # Only for the type: importing embedder starts onnxruntime, which startup does in the background.
+    from squirrel_mcp_embeddings.embedder import Embedder
 
 ENABLED_VARIABLE = "SQUIRREL_MEMORY_EMBEDDINGS"
 # Bumped whenever `recipe` changes: the vector file records it, so every memory is embedded again.
@@ -48,7 +58,6 @@ WARM_UP_BATCH = 32
 # A search that finds another still ranking (or warming up) waits this long, then answers
 # lexically: waiting longer could pass the host's 10 s bound, which sets a ranker aside.
 LOCK_WAIT = 1.0
-SECONDS_PER_DAY = 86_400.0
 
 OFF = "memory: local embeddings are turned off (SQUIRREL_MEMORY_EMBEDDINGS=0); memory search is lexical only"
 RUNTIME_FAILED = (
@@ -81,11 +90,6 @@ def recipe(memory: Revision) -> str:
 def manifest_sha256(path: Path = PACKAGED_MODEL_DIR / MANIFEST_NAME) -> str:
     """The SHA-256 of the packaged manifest: a new manifest means new vectors."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def age_days(memory: Revision, now: datetime) -> float:
-    """Days since the memory last changed, as the lexical decay counts them (never negative)."""
-    return max(0.0, (now - parse_iso(memory.updatedAt)).total_seconds() / SECONDS_PER_DAY)
 
 
 class Hybrid:
@@ -256,7 +260,6 @@ class Hybrid:
             if at is not None and self.table.revisions[at] == candidate.memory.revision:
                 found[candidate.memory.id] = float(cosines[at])
         memories = {candidate.memory.id: candidate.memory for candidate in candidates}
-        filtered = options.category is not None or bool(options.tags)
 
         def admissible(n: int) -> bool:
             """A memory found by meaning only may be returned: live, current vector, passes the filters."""
@@ -267,7 +270,7 @@ class Hybrid:
             memory = self._memories.get(memory_id)
             if memory is None or memory.revision != self.table.revisions[n]:
                 return False
-            if filtered and not options.accepts(memory):
+            if options.filtered and not options.accepts(memory):
                 return False
             memories[memory_id] = memory
             return True
@@ -279,7 +282,7 @@ class Hybrid:
             wanted = 0
             below = np.flatnonzero(cosines < self.floor)
             for n in below[np.argsort(-cosines[below], kind="stable")]:
-                if wanted == 3:
+                if wanted == MAX_NEAR_MISSES:
                     break
                 if admissible(int(n)):
                     found[ids[n]] = float(cosines[n])
@@ -295,7 +298,7 @@ class Hybrid:
             floor=self.floor,
             span=self.span,
             limit=options.limit,
-            near_misses=3 if options.near_misses else 0,
+            near_misses=MAX_NEAR_MISSES if options.near_misses else 0,
             order=[candidate.memory.id for candidate in candidates],
         )
         return Ranking(
@@ -350,7 +353,7 @@ class Hybrid:
 class EmbeddingsPlugin:
     """The hook implementations; one instance, `plugin`, is the registered entry point."""
 
-    def __init__(self, load: Callable[[], Any] | None = None) -> None:
+    def __init__(self, load: Callable[[], Embedder] | None = None) -> None:
         """`load` starts the model (default: embedder.load, which checks it first)."""
         self._load = load
         self.hybrid: Hybrid | None = None

@@ -123,9 +123,7 @@ def run_vectors(vault: Path, cache_dir: Path, seed: int) -> None:
         path=path,
     )
     store.listeners.append(hybrid.changed)
-    options = RankOptions(
-        limit=10, near_misses=False, category=None, tags=(), now=datetime.now(UTC), accepts=lambda _: True
-    )
+    options = RankOptions(limit=10, near_misses=False, category=None, tags=(), now=datetime.now(UTC))
     say("ready")
     for n in range(MAX_VECTOR_ROUNDS):
         for k in range(rng.randint(1, 40)):

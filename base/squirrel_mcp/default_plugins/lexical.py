@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from squirrel_mcp.hookspecs import hookimpl
-from squirrel_mcp.ranking import Candidate, RankedHit, Ranking, RankOptions
+from squirrel_mcp.plugin_api import Candidate, RankedHit, Ranking, RankOptions, hookimpl
 
 
 @hookimpl(trylast=True)

@@ -1,7 +1,8 @@
 """A toy ranker for squirrel-mcp: the word matches in reverse, weakest first.
 
 It shows the shape of a ranking plugin and nothing more: a module with functions
-marked `@hookimpl`, registered by the entry point in pyproject.toml. Its "other
+marked `@hookimpl`, registered by the entry point in pyproject.toml, importing
+from squirrel-mcp only its plugin API (`squirrel_mcp.plugin_api`). Its "other
 signal" is 1 - lexicalScore, reported as semanticScore, so the label is "hybrid".
 """
 
@@ -9,10 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from squirrel_mcp.config import Config
-from squirrel_mcp.hookspecs import hookimpl
-from squirrel_mcp.memories import MemoryReader
-from squirrel_mcp.ranking import Candidate, RankedHit, Ranking, RankOptions
+from squirrel_mcp.plugin_api import Candidate, Config, MemoryReader, RankedHit, Ranking, RankOptions, hookimpl
 
 _ready = False
 

@@ -1,0 +1,49 @@
+"""Everything a squirrel-mcp plugin imports, in one module.
+
+A plugin (a ranker, a start-up plugin, a command) needs nothing of squirrel-mcp
+but this module, the way an llm or datasette plugin needs only `llm.hookimpl` or
+`datasette.hookimpl`:
+
+    from squirrel_mcp.plugin_api import Candidate, RankedHit, Ranking, RankOptions, hookimpl
+
+- `hookimpl`: the marker for a hook implementation (the hooks are specified in
+  `squirrel_mcp.hookspecs`; docs/plugins.md is their reference).
+- `rank_memories` gets `Candidate`s and a `RankOptions`, and answers a `Ranking`
+  of `RankedHit`s labelled with a `RankingLabel`; at most `MAX_NEAR_MISSES` near misses.
+- `startup` gets a `Config` and a `MemoryReader`; `memories_changed` gets `Revision`s.
+- `decay` and `age_days`: the recency weight the word ranking multiplies by, for a
+  ranker that fades its own signal the same way.
+- For a plugin's tests: `get_plugin_manager` (the hook specs and the built-in
+  ranker, nothing installed) and `PluginHost`, which calls the hooks as the server
+  does and checks a ranker's answer by the same rules.
+
+Names here only ever gain fields and arguments, like the hooks, so a plugin
+written against this module keeps working.
+"""
+
+from __future__ import annotations
+
+from squirrel_mcp.config import Config
+from squirrel_mcp.hookspecs import hookimpl
+from squirrel_mcp.memories import MemoryReader
+from squirrel_mcp.models import Revision
+from squirrel_mcp.plugins import PluginHost, get_plugin_manager
+from squirrel_mcp.ranking import MAX_NEAR_MISSES, Candidate, RankedHit, Ranking, RankingLabel, RankOptions
+from squirrel_mcp.search import age_days, decay
+
+__all__ = [
+    "MAX_NEAR_MISSES",
+    "Candidate",
+    "Config",
+    "MemoryReader",
+    "PluginHost",
+    "RankOptions",
+    "RankedHit",
+    "Ranking",
+    "RankingLabel",
+    "Revision",
+    "age_days",
+    "decay",
+    "get_plugin_manager",
+    "hookimpl",
+]

@@ -1,0 +1,138 @@
+"""The public plugin API: one module holds everything a plugin imports of squirrel-mcp.
+
+The example ranker, the built-in lexical ranker and the embeddings plugin's hooks
+import squirrel-mcp only through `squirrel_mcp.plugin_api`; docs/plugins.md shows
+only that module, and every squirrel-mcp type it or a hook's signature names is
+exported there.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+import typing
+from pathlib import Path
+
+import pytest
+
+from squirrel_mcp import config, hookspecs, memories, models, plugin_api, plugins, ranking, search
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "plugins.md"
+API = "squirrel_mcp.plugin_api"
+# Plugins that must import squirrel-mcp through the API module only.
+PLUGINS = [
+    ROOT / "docs" / "examples" / "squirrel-mcp-reverse-ranker" / "squirrel_mcp_reverse_ranker.py",
+    ROOT / "base" / "squirrel_mcp" / "default_plugins" / "lexical.py",
+    ROOT / "embeddings_plugin" / "squirrel_mcp_embeddings" / "plugin.py",
+]
+# The modules the API gathers from: a public name of theirs that the docs mention must be exported.
+SOURCES = [config, hookspecs, memories, models, plugins, ranking, search]
+
+
+def squirrel_imports(source: str) -> list[str]:
+    """Every module of squirrel_mcp that `source` imports, as written (relative imports as "." names)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.split(".")[0] == "squirrel_mcp"]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level == 0 and module.split(".")[0] == "squirrel_mcp":
+                if module == "squirrel_mcp":
+                    # `from squirrel_mcp import x` reaches the submodule x when there is one.
+                    found += [f"squirrel_mcp.{alias.name}" for alias in node.names]
+                else:
+                    found.append(module)
+    return found
+
+
+@pytest.mark.parametrize("path", PLUGINS, ids=lambda path: path.name)
+def test_plugins_import_only_the_api_module(path: Path) -> None:
+    imported = squirrel_imports(path.read_text(encoding="utf-8"))
+    assert API in imported
+    assert [module for module in imported if module != API] == []
+
+
+def test_the_import_scan_sees_every_form() -> None:
+    source = (
+        "import squirrel_mcp.ranking\n"
+        "from squirrel_mcp import hookspecs\n"
+        "from squirrel_mcp.memories import MemoryReader\n"
+        "import squirrel_mcp_embeddings\n"
+        "def f():\n    from squirrel_mcp.config import Config\n"
+    )
+    assert sorted(squirrel_imports(source)) == [
+        "squirrel_mcp.config",
+        "squirrel_mcp.hookspecs",
+        "squirrel_mcp.memories",
+        "squirrel_mcp.ranking",
+    ]
+
+
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+
+
+def test_the_docs_import_only_the_api_module() -> None:
+    # Line by line: the hook reference's blocks are signatures, not code that parses.
+    lines = [line for block in python_blocks(DOCS.read_text(encoding="utf-8")) for line in block.splitlines()]
+    imports = [line for line in lines if re.match(r"(from|import) squirrel_mcp\b", line)]
+    imported = [module for line in imports for module in squirrel_imports(line)]
+    assert API in imported
+    assert [module for module in imported if module != API] == []
+    for line in imports:
+        (node,) = ast.parse(line).body
+        assert isinstance(node, ast.ImportFrom)
+        assert {alias.name for alias in node.names} <= set(plugin_api.__all__)
+
+
+def test_every_squirrel_name_the_docs_mention_is_exported() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    spans = re.findall(r"`([^`\n]+)`", text) + python_blocks(text)
+    mentioned = {word for span in spans for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", span)}
+    public = {
+        name
+        for module in SOURCES
+        for name, value in vars(module).items()
+        if not name.startswith("_")
+        and getattr(value, "__module__", None) == module.__name__
+        and (inspect.isclass(value) or inspect.isfunction(value))
+    }
+    hooks = {spec.__name__ for spec in hook_specs()}
+    # The machinery that runs plugins, which the docs name but a plugin never imports.
+    host_side = {"load_plugins"}
+    assert sorted((mentioned & public) - hooks - host_side - set(plugin_api.__all__)) == []
+    assert {"Candidate", "RankOptions", "Ranking", "RankedHit", "Config", "MemoryReader", "hookimpl"} <= (
+        mentioned & set(plugin_api.__all__)
+    )
+
+
+def hook_specs() -> list[typing.Callable[..., object]]:
+    return [value for value in vars(hookspecs).values() if hasattr(value, "squirrel_mcp_spec")]
+
+
+def test_every_type_a_hook_takes_or_returns_is_exported() -> None:
+    specs = hook_specs()
+    assert len(specs) == 5
+    # The annotations as written (argparse's sub-parser type cannot be evaluated on Python 3.11).
+    written = " ".join(str(hint) for spec in specs for hint in spec.__annotations__.values())
+    named = {getattr(hookspecs, word, None) for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", written)}
+    needed = {kind for kind in named if inspect.isclass(kind) and kind.__module__.startswith("squirrel_mcp")}
+    assert needed == {
+        config.Config,
+        memories.MemoryReader,
+        models.Revision,
+        ranking.Candidate,
+        ranking.Ranking,
+        ranking.RankOptions,
+    }
+    for kind in needed:
+        assert getattr(plugin_api, kind.__name__) is kind
+
+
+def test_every_exported_name_exists() -> None:
+    for name in plugin_api.__all__:
+        assert getattr(plugin_api, name) is not None
+    assert plugin_api.hookimpl is hookspecs.hookimpl
