@@ -37,7 +37,7 @@ import io
 import json
 import os
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
@@ -268,7 +268,7 @@ def give_up(unanswered: int, waited: float) -> None:
 
 @asynccontextmanager
 async def line_transport(
-    lines_in: anyio.AsyncFile[str],
+    lines_in: AsyncIterable[str],
     lines_out: anyio.AsyncFile[str],
     *,
     bound: float = END_OF_INPUT_BOUND,
