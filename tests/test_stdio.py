@@ -12,8 +12,9 @@ import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -294,6 +295,31 @@ async def test_after_the_bound_the_unanswered_are_counted_and_the_session_ends()
     exchange = await run(data, only_odd, bound=0.05, in_background=True)
     assert sorted(m["id"] for m in exchange.written) == [1, 3, 5]
     assert exchange.overdue == [(2, 0.05)]
+
+
+class ClosedPipe:
+    """A wire whose reader has gone: every write fails as stdout's would."""
+
+    async def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    async def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+async def test_a_client_that_stops_reading_is_not_waited_for() -> None:
+    overdue: list[tuple[int, float]] = []
+    lines_in = lines_of("".join(f"{request(i)}\n" for i in range(1, 6)).encode(), anyio.Event())
+    lines_out = cast(anyio.AsyncFile[str], ClosedPipe())
+    transport = line_transport(lines_in, lines_out, on_overdue=lambda *late: overdue.append(late))
+    async with transport as (read, write), write:
+        async for item in read:
+            assert not isinstance(item, Exception)
+            if isinstance(item.message, JSONRPCRequest):
+                # As the SDK does, a closed stream costs the answer, not the session.
+                with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    await answer_now(item.message, write)
+    assert overdue == []
 
 
 def test_giving_up_ends_the_process_with_one_line_on_stderr() -> None:

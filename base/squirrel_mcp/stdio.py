@@ -213,17 +213,21 @@ class Outstanding:
 
     A request counts from the moment it is read until its answer is written and
     flushed; one the client cancels stops counting, as the SDK never answers it.
+    Once the client stops reading, nothing counts any more.
     """
 
     def __init__(self) -> None:
         self._counts: Counter[str] = Counter()
         self._changed = anyio.Event()
+        self._abandoned = False
 
     def __len__(self) -> int:
         return self._counts.total()
 
     def read(self, message: JSONRPCMessage | Refusal) -> None:
         """Note a message handed on: a request (or a refused line) awaits its answer."""
+        if self._abandoned:
+            return
         if isinstance(message, Refusal):
             self._counts[_request_key(message.error.id)] += 1
         elif isinstance(message, JSONRPCRequest):
@@ -240,6 +244,12 @@ class Outstanding:
                 self._counts[key] -= 1
             else:
                 self._forget(key)
+
+    def abandon(self) -> None:
+        """Stop waiting for any answer, now and later: none can be delivered."""
+        self._abandoned = True
+        self._counts.clear()
+        self._changed.set()
 
     def _forget(self, key: str) -> None:
         self._counts.pop(key, None)
@@ -307,11 +317,17 @@ async def line_transport(
 
     async def write_lines() -> None:
         async with to_wire:
-            async for session_message in to_wire:
-                data = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                await lines_out.write(data + "\n")
-                await lines_out.flush()
-                outstanding.written(session_message.message)
+            try:
+                async for session_message in to_wire:
+                    data = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    await lines_out.write(data + "\n")
+                    await lines_out.flush()
+                    outstanding.written(session_message.message)
+            except BrokenPipeError:
+                # The client closed its end: no answer can reach it any more, so none is
+                # waited for. The session's later answers meet a closed stream, which the
+                # SDK drops quietly.
+                outstanding.abandon()
 
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(read_lines)
