@@ -24,8 +24,9 @@ requests and closes stdin got the answer to `initialize` and few others. Here
 the session's read stream stays open after the end of input until every
 request read has its answer written and flushed, for END_OF_INPUT_BOUND
 seconds at most; then one line on stderr says how many went unanswered and the
-process exits. Upstream: modelcontextprotocol/python-sdk issue #2678 (open;
-its pull requests, such as #2680, not merged in 2.3.0).
+process exits. A client that closes stdout is not waited for. Upstream:
+modelcontextprotocol/python-sdk issue #2678 (open; its pull requests, such as
+#2680, not merged in 2.3.0).
 
 While serving, file descriptor 0 reads the null device and 1 writes to stderr,
 as in the SDK: stray output from a library cannot corrupt the wire.
