@@ -206,7 +206,11 @@ class SquirrelServer(MCPServer):
     """MCPServer whose argument errors never echo the arguments back, and that answers every bad line."""
 
     async def run_stdio_async(self) -> None:
-        """Serve over stdio through squirrel_mcp.stdio, which answers lines the SDK would drop."""
+        """Serve over stdio through squirrel_mcp.stdio.
+
+        It answers the lines the SDK would drop, and at the end of input every
+        request read before it (within a bound), where the SDK cancels them.
+        """
         async with stdio_transport() as (read_stream, write_stream):
             await self._lowlevel_server.run(
                 read_stream, write_stream, self._lowlevel_server.create_initialization_options()
