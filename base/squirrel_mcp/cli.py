@@ -5,6 +5,7 @@
                             on a sync server) and print a client config block
     squirrel-mcp export     every memory with its history, as JSON (-o FILE; --force replaces FILE)
     squirrel-mcp import F   add an export's memories (safe to repeat)
+    squirrel-mcp search Q   search your memories as an agent does (also: list, show ID; --json)
     squirrel-mcp --version
 
 Errors a user can cause (no passphrase, wrong passphrase, no vault) print one
@@ -31,7 +32,7 @@ from urllib.parse import urlsplit
 import pluggy
 from pydantic import ValidationError
 
-from squirrel_mcp import __version__
+from squirrel_mcp import __version__, browse
 from squirrel_mcp.config import Config, ConfigError, check_api_base_url
 from squirrel_mcp.crypto import KdfParams, WrongPassphraseError
 from squirrel_mcp.files import atomic_write
@@ -39,9 +40,11 @@ from squirrel_mcp.memories import MemoryStore, NoAccountError
 from squirrel_mcp.plugins import get_plugin_manager, load_plugins, register_commands
 from squirrel_mcp.storage import NO_REMOTE_ACCOUNT, Storage, StorageError
 from squirrel_mcp.storage.local import LocalVault
-from squirrel_mcp.transfer import ImportFileError, export_json, field_locations, import_json
+from squirrel_mcp.transfer import ImportFileError, export_json, field_locations, import_export, parse_export
 
 MIN_PASSPHRASE = 8
+# How often `init` asks for a passphrase long enough before it gives up.
+PASSPHRASE_ATTEMPTS = 3
 # `export` wrote its file but left out revisions it could not read (see the module docstring).
 EXIT_EXPORT_INCOMPLETE = 3
 # How many memories with gaps an export names one by one before summing up the rest.
@@ -68,8 +71,17 @@ def _passphrase(config: Config, *, confirm: bool) -> str:
         raise UserError("SQUIRREL_PASSPHRASE is not set (and there is no terminal to ask on)")
     first = getpass.getpass("Passphrase: ")
     if confirm:
+        for _ in range(PASSPHRASE_ATTEMPTS - 1):
+            if len(first) >= MIN_PASSPHRASE:
+                break
+            print(
+                f"The passphrase must have at least {MIN_PASSPHRASE} characters; try again.", file=sys.stderr
+            )
+            first = getpass.getpass("Passphrase: ")
         if len(first) < MIN_PASSPHRASE:
-            raise UserError(f"the passphrase must have at least {MIN_PASSPHRASE} characters")
+            raise UserError(
+                f"the passphrase must have at least {MIN_PASSPHRASE} characters; nothing was created"
+            )
         if getpass.getpass("Passphrase again: ") != first:
             raise UserError("the two passphrases differ; nothing was created")
     return first
@@ -229,6 +241,9 @@ def _check_output(output: Path, *, force: bool) -> None:
         raise UserError(f"{output} is a symbolic link; give the real path to export to")
     if output.exists() and not force:
         raise UserError(f"{output} exists; add --force to replace it")
+    if not output.parent.is_dir():
+        # A typo in the path must not leave a backup in a directory the user never meant to make.
+        raise UserError(f"the directory {output.parent} does not exist; create it first, or export elsewhere")
 
 
 def cmd_export(config: Config, output: str | None, *, force: bool = False) -> int:
@@ -265,15 +280,31 @@ def cmd_export(config: Config, output: str | None, *, force: bool = False) -> in
 
 
 def cmd_import(config: Config, source: str) -> int:
-    """Add an export file's memories; repeating it changes nothing."""
+    """Add an export file's memories; repeating it changes nothing.
+
+    The file is checked before the vault is opened, so a wrong file is named before
+    any passphrase is asked for. Like export, the passphrase comes from
+    SQUIRREL_PASSPHRASE or is asked on the terminal; only with SQUIRREL_PASSPHRASE
+    set does import create a missing vault (`init` creates one otherwise).
+    """
     data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
-    store = open_store(config, create=True)
-    report = import_json(store, data)
+    parsed = parse_export(data, "stdin" if source == "-" else source)
+    store = open_store(config, create=config.passphrase is not None)
+    report = import_export(store, parsed)
     print(
         f"imported {report.memories} memories: {report.added} revisions added, "
         f"{report.present} already present, {report.conflicts} conflicting (left as they were)"
     )
     return 1 if report.conflicts else 0
+
+
+def cmd_browse(config: Config, pm: pluggy.PluginManager, args: argparse.Namespace) -> int:
+    """`search`, `list` or `show`: unlock as the server does, then answer as its tool does."""
+    store = open_store(config, create=False)
+    try:
+        return browse.run(config, pm, args, store)
+    except browse.ToolRefused as error:
+        raise UserError(str(error)) from None
 
 
 def cmd_serve(config: Config, pm: pluggy.PluginManager) -> int:
@@ -311,6 +342,7 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
     export.add_argument("--force", action="store_true", help="replace the output file if it exists")
     imported = commands.add_parser("import", help="add the memories of an export file (safe to repeat)")
     imported.add_argument("file", help="an export file, or - for stdin")
+    browse.add_commands(commands)
     if pm is not None:
         register_commands(pm, commands)
     return parser
@@ -332,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_export(config, args.output, force=args.force)
         if args.command == "import":
             return cmd_import(config, args.file)
+        if args.command in ("search", "list", "show"):
+            return cmd_browse(config, pm, args)
         return cmd_serve(config, pm)
     except USER_ERRORS as error:
         _err(str(error))
