@@ -6,6 +6,7 @@
     squirrel-mcp export     every memory with its history, as JSON (-o FILE; --force replaces FILE)
     squirrel-mcp import F   add an export's memories (safe to repeat)
     squirrel-mcp search Q   search your memories as an agent does (also: list, show ID; --json)
+    squirrel-mcp doctor     one line per check, each with its fix; exit 1 when any fails
     squirrel-mcp --version
 
 Errors a user can cause (no passphrase, wrong passphrase, no vault) print one
@@ -343,6 +344,9 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
     imported = commands.add_parser("import", help="add the memories of an export file (safe to repeat)")
     imported.add_argument("file", help="an export file, or - for stdin")
     browse.add_commands(commands)
+    commands.add_parser(
+        "doctor", help="check the settings, vault or sync server, passphrase, plugins and host command"
+    )
     if pm is not None:
         register_commands(pm, commands)
     return parser
@@ -366,6 +370,11 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_import(config, args.file)
         if args.command in ("search", "list", "show"):
             return cmd_browse(config, pm, args)
+        if args.command == "doctor":
+            # Imported here: doctor imports this module.
+            from squirrel_mcp import doctor
+
+            return doctor.run(config)
         return cmd_serve(config, pm)
     except USER_ERRORS as error:
         _err(str(error))
