@@ -4,7 +4,8 @@
     squirrel-mcp init       create a vault (or, with SQUIRREL_API_BASE_URL, the account
                             on a sync server) and print a client config block
     squirrel-mcp export     every memory with its history, as JSON (-o FILE; --force replaces FILE)
-    squirrel-mcp import F   add an export's memories (safe to repeat)
+    squirrel-mcp import F   add an export's memories (safe to repeat); --from server-memory
+                            reads the official memory server's JSONL instead
     squirrel-mcp search Q   search your memories as an agent does (also: list, show ID; --json)
     squirrel-mcp doctor     one line per check, each with its fix; exit 1 when any fails
     squirrel-mcp --version
@@ -33,7 +34,7 @@ from urllib.parse import urlsplit
 import pluggy
 from pydantic import ValidationError
 
-from squirrel_mcp import __version__, browse
+from squirrel_mcp import __version__, browse, server_memory
 from squirrel_mcp.config import Config, ConfigError, check_api_base_url
 from squirrel_mcp.crypto import KdfParams, WrongPassphraseError
 from squirrel_mcp.files import atomic_write
@@ -299,6 +300,22 @@ def cmd_import(config: Config, source: str) -> int:
     return 1 if report.conflicts else 0
 
 
+def cmd_import_server_memory(config: Config, source: str) -> int:
+    """Add the memories of the official memory server's JSONL file; repeating it adds nothing.
+
+    Unlocks as `import` does, after the whole file was checked.
+    """
+    data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    items = server_memory.parse_graph(data, "stdin" if source == "-" else source)
+    store = open_store(config, create=config.passphrase is not None)
+    report = server_memory.import_graph(store, items)
+    print(
+        f"imported {report.entities} entities and {report.relations} relations from server-memory: "
+        f"{report.added} memories added, {report.present} already present"
+    )
+    return 0
+
+
 def cmd_browse(config: Config, pm: pluggy.PluginManager, args: argparse.Namespace) -> int:
     """`search`, `list` or `show`: unlock as the server does, then answer as its tool does."""
     store = open_store(config, create=False)
@@ -343,6 +360,14 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
     export.add_argument("--force", action="store_true", help="replace the output file if it exists")
     imported = commands.add_parser("import", help="add the memories of an export file (safe to repeat)")
     imported.add_argument("file", help="an export file, or - for stdin")
+    imported.add_argument(
+        "--from",
+        dest="source_format",
+        choices=["squirrel-mcp", "server-memory"],
+        default="squirrel-mcp",
+        help="the file's format: squirrel-mcp's export (the default), or the JSONL of the official "
+        "memory server (@modelcontextprotocol/server-memory, its MEMORY_FILE_PATH)",
+    )
     browse.add_commands(commands)
     commands.add_parser(
         "doctor", help="check the settings, vault or sync server, passphrase, plugins and host command"
@@ -366,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_init(config)
         if args.command == "export":
             return cmd_export(config, args.output, force=args.force)
+        if args.command == "import" and args.source_format == "server-memory":
+            return cmd_import_server_memory(config, args.file)
         if args.command == "import":
             return cmd_import(config, args.file)
         if args.command in ("search", "list", "show"):
