@@ -142,10 +142,8 @@ async def test_list_and_show_print_what_the_tools_return(vault_env: dict[str, st
     async with Client(server_params(vault_env)) as client:
         listed = await call(client, "list_memories", includeDeleted=True, limit=2)
         shown = await call(client, "get_memory", id=ids["basil"], history=True)
-        garden = await call(client, "list_memories", tags=["garden"])
     assert _json(run_cli(vault_env, "list", "--include-deleted", "--limit", "2", "--json")) == listed
     assert _json(run_cli(vault_env, "show", ids["basil"], "--json")) == shown
-    assert _json(run_cli(vault_env, "list", "--tag", "garden", "--json")) == garden
 
     lines = run_cli(vault_env, "list", "--include-deleted").stdout.decode().splitlines()
     assert len(lines) == 4 and lines[-1] == "memories 1-3 of 3"
@@ -183,9 +181,8 @@ async def test_search_ranks_as_the_tool_does(vault_env: dict[str, str]) -> None:
     assert none.stdout.decode().strip() == "0 of 0 matches shown · ranking lexical"
 
 
-@pytest.mark.anyio
-async def test_bad_options_are_the_tools_refusals(vault_env: dict[str, str]) -> None:
-    await _fill(vault_env)
+def test_bad_options_are_the_tools_refusals(vault_env: dict[str, str]) -> None:
+    assert run_cli(vault_env, "init").returncode == 0
     too_many = run_cli(vault_env, "list", "--limit", "500")
     assert too_many.returncode == 1
     assert b"invalid arguments for list_memories: limit" in too_many.stderr
