@@ -96,6 +96,7 @@ def call_tool(
     """The structured output of the server's tool `name`, called in this process; ToolRefused if refused."""
     # Imported here: the other commands do not pay for importing the server.
     from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.types import CallToolResult
 
     from squirrel_mcp.server import create_server
 
@@ -104,9 +105,9 @@ def call_tool(
         result = anyio.run(server.call_tool, name, arguments)
     except ToolError as error:
         raise ToolRefused(str(error)) from None
-    structured: dict[str, Any] | None = getattr(result, "structured_content", None)
-    if getattr(result, "is_error", False) or structured is None:
+    if not isinstance(result, CallToolResult) or result.is_error or result.structured_content is None:
         raise ToolRefused(f"{name} gave no answer")
+    structured: dict[str, Any] = result.structured_content
     return structured
 
 
