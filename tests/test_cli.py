@@ -107,7 +107,7 @@ def test_init_asks_twice_without_echo(vault_env: dict[str, str]) -> None:
     assert "a long passphrase" not in output  # never echoed
     assert not vault.exists() or run_cli(vault_env, "export").returncode == 1
 
-    code, output = _converse(["-m", "squirrel_mcp", "init"], env, ["tiny", "tiny"])
+    code, output = _converse(["-m", "squirrel_mcp", "init"], env, ["tiny", "tiny", "tiny"])
     assert code == 1 and "at least 8" in output
 
     code, output = _converse(["-m", "squirrel_mcp", "init"], env, ["a long passphrase"] * 2)

@@ -209,7 +209,9 @@ def test_out_of_bounds_key_parameters_are_one_line_before_any_scrypt(
     set_kdf(vault, **params)
     before = vault.read_bytes()
     backup = tmp_path / "backup.json"
-    backup.write_text(json.dumps({"format": "squirrel-mcp-export", "version": 1, "memories": []}))
+    # A valid (empty) export: import checks the file before it opens the vault.
+    exported = {"format": "squirrel-mcp-export", "version": 1, "exportedAt": "2026-01-01T00:00:00Z"}
+    backup.write_text(json.dumps({**exported, "exportedBy": "a test", "memories": []}))
     secrets_of_this_test().add_env(vault_env)
     for args in ((), ("serve",), ("export",), ("import", str(backup))):
         result = subprocess.run(

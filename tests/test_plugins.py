@@ -307,6 +307,38 @@ def test_hook_register_commands(
     assert getattr(parser.parse_args(["init"]), "run", None) is None
 
 
+def test_hook_doctor_checks(
+    pm: plugins.pluggy.PluginManager, register: Callable[[object, str], None], store: MemoryStore
+) -> None:
+    from squirrel_mcp import doctor
+    from squirrel_mcp.checks import Check
+
+    seen: list[object] = []
+
+    class Checker:
+        @hookspecs.hookimpl
+        def doctor_checks(self, config: Config, memories: MemoryReader | None) -> list[Check]:
+            seen.append((config.passphrase, memories is not None and memories.account_id == store.account_id))
+            return [Check("thing", True, "fine"), Check("other thing", False, "broken", "mend it")]
+
+    class Crasher:
+        @hookspecs.hookimpl
+        def doctor_checks(self) -> list[Check]:
+            raise ValueError("a bug")
+
+    register(Checker(), "checker")
+    register(Crasher(), "crasher")
+    config = Config.from_env({"SQUIRREL_PASSPHRASE": "a secret"})
+    lines = sorted(check.line() for check in doctor.plugin_checks(pm, config, store))
+    assert lines == [
+        "✓ thing: fine",
+        "✗ other thing: broken → mend it",
+        "✗ plugin crasher: its checks failed (ValueError)",
+    ]
+    # The plugin gets the account but never the passphrase.
+    assert seen == [(None, True)]
+
+
 def garbage(kind: str, candidates: Sequence[Candidate], limit: int) -> object:
     first = candidates[0]
     good = RankedHit(first.memory.id, 1.0, first.lexical_score)
@@ -543,6 +575,7 @@ def test_the_hooks_are_the_documented_ones() -> None:
         "memories_changed",
         "shutdown",
         "register_commands",
+        "doctor_checks",
     }
 
 

@@ -4,7 +4,10 @@
     squirrel-mcp init       create a vault (or, with SQUIRREL_API_BASE_URL, the account
                             on a sync server) and print a client config block
     squirrel-mcp export     every memory with its history, as JSON (-o FILE; --force replaces FILE)
-    squirrel-mcp import F   add an export's memories (safe to repeat)
+    squirrel-mcp import F   add an export's memories (safe to repeat); --from server-memory
+                            reads the official memory server's JSONL instead
+    squirrel-mcp search Q   search your memories as an agent does (also: list, show ID; --json)
+    squirrel-mcp doctor     one line per check, each with its fix; exit 1 when any fails
     squirrel-mcp ui         a page on 127.0.0.1 to see, search, correct and forget memories
     squirrel-mcp --version
 
@@ -32,7 +35,7 @@ from urllib.parse import urlsplit
 import pluggy
 from pydantic import ValidationError
 
-from squirrel_mcp import __version__
+from squirrel_mcp import __version__, browse, server_memory
 from squirrel_mcp.config import Config, ConfigError, check_api_base_url
 from squirrel_mcp.crypto import KdfParams, WrongPassphraseError
 from squirrel_mcp.files import atomic_write
@@ -40,9 +43,11 @@ from squirrel_mcp.memories import MemoryStore, NoAccountError
 from squirrel_mcp.plugins import get_plugin_manager, load_plugins, register_commands
 from squirrel_mcp.storage import NO_REMOTE_ACCOUNT, Storage, StorageError
 from squirrel_mcp.storage.local import LocalVault
-from squirrel_mcp.transfer import ImportFileError, export_json, field_locations, import_json
+from squirrel_mcp.transfer import ImportFileError, export_json, field_locations, import_export, parse_export
 
 MIN_PASSPHRASE = 8
+# How often `init` asks for a passphrase long enough before it gives up.
+PASSPHRASE_ATTEMPTS = 3
 # `export` wrote its file but left out revisions it could not read (see the module docstring).
 EXIT_EXPORT_INCOMPLETE = 3
 # How many memories with gaps an export names one by one before summing up the rest.
@@ -70,8 +75,17 @@ def _passphrase(config: Config, *, confirm: bool) -> str:
         raise UserError("SQUIRREL_PASSPHRASE is not set (and there is no terminal to ask on)")
     first = getpass.getpass("Passphrase: ")
     if confirm:
+        for _ in range(PASSPHRASE_ATTEMPTS - 1):
+            if len(first) >= MIN_PASSPHRASE:
+                break
+            print(
+                f"The passphrase must have at least {MIN_PASSPHRASE} characters; try again.", file=sys.stderr
+            )
+            first = getpass.getpass("Passphrase: ")
         if len(first) < MIN_PASSPHRASE:
-            raise UserError(f"the passphrase must have at least {MIN_PASSPHRASE} characters")
+            raise UserError(
+                f"the passphrase must have at least {MIN_PASSPHRASE} characters; nothing was created"
+            )
         if getpass.getpass("Passphrase again: ") != first:
             raise UserError("the two passphrases differ; nothing was created")
     return first
@@ -231,6 +245,9 @@ def _check_output(output: Path, *, force: bool) -> None:
         raise UserError(f"{output} is a symbolic link; give the real path to export to")
     if output.exists() and not force:
         raise UserError(f"{output} exists; add --force to replace it")
+    if not output.parent.is_dir():
+        # A typo in the path must not leave a backup in a directory the user never meant to make.
+        raise UserError(f"the directory {output.parent} does not exist; create it first, or export elsewhere")
 
 
 def cmd_export(config: Config, output: str | None, *, force: bool = False) -> int:
@@ -267,15 +284,47 @@ def cmd_export(config: Config, output: str | None, *, force: bool = False) -> in
 
 
 def cmd_import(config: Config, source: str) -> int:
-    """Add an export file's memories; repeating it changes nothing."""
+    """Add an export file's memories; repeating it changes nothing.
+
+    The file is checked before the vault is opened, so a wrong file is named before
+    any passphrase is asked for. Like export, the passphrase comes from
+    SQUIRREL_PASSPHRASE or is asked on the terminal; only with SQUIRREL_PASSPHRASE
+    set does import create a missing vault (`init` creates one otherwise).
+    """
     data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
-    store = open_store(config, create=True)
-    report = import_json(store, data)
+    parsed = parse_export(data, "stdin" if source == "-" else source)
+    store = open_store(config, create=config.passphrase is not None)
+    report = import_export(store, parsed)
     print(
         f"imported {report.memories} memories: {report.added} revisions added, "
         f"{report.present} already present, {report.conflicts} conflicting (left as they were)"
     )
     return 1 if report.conflicts else 0
+
+
+def cmd_import_server_memory(config: Config, source: str) -> int:
+    """Add the memories of the official memory server's JSONL file; repeating it adds nothing.
+
+    Unlocks as `import` does, after the whole file was checked.
+    """
+    data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    items = server_memory.parse_graph(data, "stdin" if source == "-" else source)
+    store = open_store(config, create=config.passphrase is not None)
+    report = server_memory.import_graph(store, items)
+    print(
+        f"imported {report.entities} entities and {report.relations} relations from server-memory: "
+        f"{report.added} memories added, {report.present} already present"
+    )
+    return 0
+
+
+def cmd_browse(config: Config, pm: pluggy.PluginManager, args: argparse.Namespace) -> int:
+    """`search`, `list` or `show`: unlock as the server does, then answer as its tool does."""
+    store = open_store(config, create=False)
+    try:
+        return browse.run(config, pm, args, store)
+    except browse.ToolRefused as error:
+        raise UserError(str(error)) from None
 
 
 def cmd_serve(config: Config, pm: pluggy.PluginManager) -> int:
@@ -333,6 +382,18 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
     export.add_argument("--force", action="store_true", help="replace the output file if it exists")
     imported = commands.add_parser("import", help="add the memories of an export file (safe to repeat)")
     imported.add_argument("file", help="an export file, or - for stdin")
+    imported.add_argument(
+        "--from",
+        dest="source_format",
+        choices=["squirrel-mcp", "server-memory"],
+        default="squirrel-mcp",
+        help="the file's format: squirrel-mcp's export (the default), or the JSONL of the official "
+        "memory server (@modelcontextprotocol/server-memory, its MEMORY_FILE_PATH)",
+    )
+    browse.add_commands(commands)
+    commands.add_parser(
+        "doctor", help="check the settings, vault or sync server, passphrase, plugins and host command"
+    )
     ui = commands.add_parser("ui", help="a page on 127.0.0.1 to see, search, correct and forget memories")
     ui.add_argument("--port", type=int, default=0, help="the port to serve on (default: a free one)")
     ui.add_argument("--no-browser", action="store_true", help="print the address, do not open a browser")
@@ -356,8 +417,17 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_init(config)
         if args.command == "export":
             return cmd_export(config, args.output, force=args.force)
+        if args.command == "import" and args.source_format == "server-memory":
+            return cmd_import_server_memory(config, args.file)
         if args.command == "import":
             return cmd_import(config, args.file)
+        if args.command in ("search", "list", "show"):
+            return cmd_browse(config, pm, args)
+        if args.command == "doctor":
+            # Imported here: doctor imports this module.
+            from squirrel_mcp import doctor
+
+            return doctor.run(config)
         return cmd_serve(config, pm)
     except USER_ERRORS as error:
         print_error(str(error))

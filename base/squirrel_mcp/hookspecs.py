@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 import pluggy
 
+from squirrel_mcp.checks import Check
 from squirrel_mcp.config import Config
 from squirrel_mcp.memories import MemoryReader
 from squirrel_mcp.models import Revision
@@ -117,4 +118,21 @@ def register_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
 
     The return value is ignored (return None). Raising leaves the plugin's commands
     out, with one line on stderr; the built-in commands still work.
+    """
+
+
+@hookspec
+def doctor_checks(config: Config, memories: MemoryReader | None) -> list[Check] | None:
+    """Called by `squirrel-mcp doctor`, after its own checks, once per plugin.
+
+    Exists so a plugin can check what only it knows of (a model's files, a vector
+    file) and say how to fix it, on the same list as the built-in checks.
+
+    - `config`: the settings, with the passphrase and API key removed.
+    - `memories`: read-only access to the unlocked account (for per-account files
+      and keys), or None when doctor could not unlock it.
+
+    Return a list of `squirrel_mcp.checks.Check`, or None for nothing to report.
+    A check's `detail` and `fix` must hold no memory text, key or vector. Raising
+    is reported as a failed check naming the plugin and the error's type.
     """

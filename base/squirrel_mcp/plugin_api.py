@@ -11,6 +11,7 @@ but this module, the way an llm or datasette plugin needs only `llm.hookimpl` or
 - `rank_memories` gets `Candidate`s and a `RankOptions`, and answers a `Ranking`
   of `RankedHit`s labelled with a `RankingLabel`; at most `MAX_NEAR_MISSES` near misses.
 - `startup` gets a `Config` and a `MemoryReader`; `memories_changed` gets `Revision`s.
+- `doctor_checks` answers `Check`s: one line of `squirrel-mcp doctor` each.
 - `decay` and `age_days`: the recency weight the word ranking multiplies by, for a
   ranker that fades its own signal the same way.
 - For a plugin's tests: `get_plugin_manager` (the hook specs and the built-in
@@ -23,6 +24,7 @@ written against this module keeps working.
 
 from __future__ import annotations
 
+from squirrel_mcp.checks import Check
 from squirrel_mcp.config import Config
 from squirrel_mcp.hookspecs import hookimpl
 from squirrel_mcp.memories import MemoryReader
@@ -34,6 +36,7 @@ from squirrel_mcp.search import age_days, decay
 __all__ = [
     "MAX_NEAR_MISSES",
     "Candidate",
+    "Check",
     "Config",
     "MemoryReader",
     "PluginHost",

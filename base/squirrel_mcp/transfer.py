@@ -13,6 +13,7 @@ numbered with a gap (1, 3, ...), and import takes them as they are.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Literal
 
@@ -23,6 +24,7 @@ from squirrel_mcp.memories import MemoryStore
 from squirrel_mcp.models import MemoryId, Revision, now_iso
 
 FORMAT = "squirrel-mcp-export"
+EXPORT_VERSION = 1
 
 
 class ExportedMemory(BaseModel):
@@ -116,13 +118,53 @@ def field_locations(error: ValidationError) -> str:
     return ", ".join(places[:10]) + more
 
 
-def import_json(store: MemoryStore, data: bytes) -> ImportReport:
-    """Add the file's revisions the vault lacks; see the module docstring."""
+def problems(error: ValidationError, limit: int = 10) -> str:
+    """Each place a validation error names with the rule it broke, never the value (it may be memory text)."""
+    found = sorted(
+        {
+            f"{'.'.join(str(part) for part in e['loc']) or '(top level)'} ({e['msg']})"
+            for e in error.errors(include_input=False, include_context=False)
+        }
+    )
+    more = f" and {len(found) - limit} more" if len(found) > limit else ""
+    return "; ".join(found[:limit]) + more
+
+
+def parse_export(data: bytes, name: str = "the file") -> ExportFile:
+    """The export file in `data`, checked; ImportFileError says in words what is wrong with it.
+
+    The message names the file (`name`), what it is not (JSON, an export, a version
+    this squirrel-mcp reads) or the fields at fault and their rules, never a value.
+    """
     try:
-        parsed = ExportFile.model_validate_json(data)
+        loaded = json.loads(data)
+    except UnicodeDecodeError:
+        raise ImportFileError(f"{name} is not UTF-8 text, so not a {FORMAT} file") from None
+    except json.JSONDecodeError as error:
+        raise ImportFileError(
+            f"{name} is not JSON (line {error.lineno}, column {error.colno}), so not a {FORMAT} file"
+        ) from None
+    if not isinstance(loaded, dict) or loaded.get("format") != FORMAT:
+        raise ImportFileError(
+            f'{name} is not a squirrel-mcp export: it lacks "format": "{FORMAT}" '
+            "(`squirrel-mcp export` writes one; `import --from server-memory` reads the official "
+            "memory server's file)"
+        )
+    if loaded.get("version") != EXPORT_VERSION:
+        raise ImportFileError(
+            f"{name} is a {FORMAT} file of a version this squirrel-mcp does not read "
+            f"(it reads version {EXPORT_VERSION}); a newer squirrel-mcp may read it"
+        )
+    try:
+        return ExportFile.model_validate(loaded)
     except ValidationError as error:
-        # Locations only: the values are memory text.
-        raise ImportFileError(f"not a valid {FORMAT} file; problems at: {field_locations(error)}") from None
+        raise ImportFileError(
+            f"{name} is not a valid {FORMAT} file; problems at: {problems(error)}"
+        ) from None
+
+
+def import_export(store: MemoryStore, parsed: ExportFile) -> ImportReport:
+    """Add the revisions of a checked export file that the vault lacks."""
     report = ImportReport()
     for memory in parsed.memories:
         added, present, conflicts = store.import_history(memory.revisions)

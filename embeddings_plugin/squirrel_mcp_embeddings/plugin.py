@@ -12,6 +12,8 @@ Registered as the entry point `embeddings` of the group `squirrel_mcp`. Its hook
   failure answers None (lexical), says so once, and the session stays lexical.
 - `shutdown`: writes the vector file if it changed (searches have it written by a thread of
   the plugin's own, so none waits for the disk).
+- `doctor_checks`: for `squirrel-mcp doctor`, whether the model's files match the manifest
+  and whether this account's vector file can be read (or written), without starting the model.
 
 Lines written, each at most once: the start-up line, RUNTIME_FAILED, UNWRITABLE,
 REBUILT. None holds memory text, a query, a key or a vector.
@@ -33,6 +35,7 @@ import numpy as np
 from squirrel_mcp.plugin_api import (
     MAX_NEAR_MISSES,
     Candidate,
+    Check,
     MemoryReader,
     RankedHit,
     Ranking,
@@ -403,6 +406,19 @@ class EmbeddingsPlugin:
         """Write the vector file if it changed."""
         if self.hybrid is not None:
             self.hybrid.flush()
+
+    @hookimpl
+    def doctor_checks(self, memories: MemoryReader | None) -> list[Check]:
+        """`squirrel-mcp doctor`: the model's files, then this account's vector file once unlocked."""
+        from squirrel_mcp_embeddings import doctor  # only doctor needs it
+
+        if os.environ.get(ENABLED_VARIABLE, "").strip() == "0":
+            return [Check("embeddings", True, f"turned off by {ENABLED_VARIABLE}=0; search is by words only")]
+        model, manifest = doctor.check_model()
+        if manifest is None or memories is None:
+            return [model]
+        stamp = vectors.Stamp(manifest.model, manifest_sha256(), RECIPE_VERSION, manifest.dimensions)
+        return [model, doctor.check_vector_file(memories, stamp)]
 
     @hookimpl
     def register_commands(self, commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -1,0 +1,220 @@
+"""`squirrel-mcp search`, `list` and `show`: a person reads their memories as an agent does.
+
+Each command unlocks the account as the server does (SQUIRREL_PASSPHRASE, or asked
+on the terminal), then calls the server's own tool in this process: search_memory,
+list_memories, get_memory with its history. So the ranking is the server's (hybrid
+when the embeddings plugin is installed: the search waits for it to start), the
+bounds on every option are the tool's, and `--json` prints exactly the structured
+output the tool returns. Without `--json` the output is for reading: one memory per
+line (list) or a short block per memory (search, show).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import textwrap
+from typing import Any
+
+import anyio
+import pluggy
+
+from squirrel_mcp.config import Config
+from squirrel_mcp.memories import MemoryStore
+from squirrel_mcp.models import HALF_LIFE_DAYS, Memory
+from squirrel_mcp.plugins import PluginHost
+from squirrel_mcp.results import GetResult, ListResult, SearchResult
+
+# How long a search waits for the plugins to start (the embeddings plugin loads its model)
+# before it ranks with whatever is ready; the answer's "ranking" says which it was.
+PLUGIN_START_TIMEOUT = 120.0
+# The width a line is cut to when the output is not a terminal.
+DEFAULT_WIDTH = 100
+
+
+class ToolRefused(Exception):
+    """The tool refused the call (bad option, unknown id); its message names no value."""
+
+
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `search`, `list` and `show` to the command line's sub-parsers."""
+    search = commands.add_parser("search", help="search your memories as an agent does (same ranking)")
+    search.add_argument("query", help="what to look for, in your own words")
+    search.add_argument("--limit", type=int, help="most results (1-50; default 10)")
+    _add_filters(search)
+    search.add_argument(
+        "--near-misses", action="store_true", help="also show up to 3 closest memories that did not match"
+    )
+    listed = commands.add_parser("list", help="list memories, most recently changed first")
+    _add_filters(listed)
+    listed.add_argument("--entity", help="only memories about this entity (ignoring case)")
+    listed.add_argument("--include-deleted", action="store_true", help="also list deleted memories")
+    listed.add_argument("--offset", type=int, help="how many to skip (paging; default 0)")
+    listed.add_argument("--limit", type=int, help="page size (1-100; default 20)")
+    show = commands.add_parser("show", help="one memory with its whole history")
+    show.add_argument("id", help="the memory's id (16 hex digits), as search and list print it")
+    for command in (search, listed, show):
+        command.add_argument("--json", action="store_true", help="print the tool's JSON output instead")
+
+
+def _add_filters(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--category", choices=list(HALF_LIFE_DAYS), help="only memories of this category")
+    parser.add_argument(
+        "--tag", action="append", dest="tags", metavar="TAG", help="only memories with this tag (repeatable)"
+    )
+
+
+def tool_arguments(args: argparse.Namespace) -> tuple[str, dict[str, object]]:
+    """The tool a parsed command calls, with only the options given (so the tool's defaults hold)."""
+    given = {key: value for key, value in vars(args).items() if value is not None and value is not False}
+    if args.command == "search":
+        names = {"query": "query", "limit": "limit", "category": "category", "tags": "tags"}
+        arguments = {names[key]: value for key, value in given.items() if key in names}
+        if args.near_misses:
+            arguments["nearMisses"] = True
+        return "search_memory", arguments
+    if args.command == "list":
+        names = {
+            "category": "category",
+            "tags": "tags",
+            "entity": "entity",
+            "offset": "offset",
+            "limit": "limit",
+            "include_deleted": "includeDeleted",
+        }
+        return "list_memories", {names[key]: value for key, value in given.items() if key in names}
+    return "get_memory", {"id": args.id, "history": True}
+
+
+def call_tool(
+    store: MemoryStore, host: PluginHost, name: str, arguments: dict[str, object]
+) -> dict[str, Any]:
+    """The structured output of the server's tool `name`, called in this process; ToolRefused if refused."""
+    # Imported here: the other commands do not pay for importing the server.
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.types import CallToolResult
+
+    from squirrel_mcp.server import create_server
+
+    server = create_server(store, host)
+    try:
+        result = anyio.run(server.call_tool, name, arguments)
+    except ToolError as error:
+        raise ToolRefused(str(error)) from None
+    if not isinstance(result, CallToolResult) or result.is_error or result.structured_content is None:
+        raise ToolRefused(f"{name} gave no answer")
+    structured: dict[str, Any] = result.structured_content
+    return structured
+
+
+def run(config: Config, pm: pluggy.PluginManager, args: argparse.Namespace, store: MemoryStore) -> int:
+    """Run `search`, `list` or `show` on an unlocked store; print the answer; the exit status."""
+    name, arguments = tool_arguments(args)
+    host = PluginHost(pm)
+    if name == "search_memory":
+        # The same rankers as the server, started as it starts them, and waited for so the
+        # answer is ranked as an agent's would be once the server has warmed up.
+        host.start(config, store)
+        host.wait_started(PLUGIN_START_TIMEOUT)
+    try:
+        output = call_tool(store, host, name, arguments)
+    finally:
+        host.shutdown()
+    if args.json:
+        print(json.dumps(output, ensure_ascii=False, indent=2))
+    else:
+        print(render(name, output, _width()))
+    return 0
+
+
+def render(name: str, output: dict[str, Any], width: int) -> str:
+    """The tool's output for reading, through the tool's own output model."""
+    if name == "search_memory":
+        return render_search(SearchResult.model_validate(output), width)
+    if name == "list_memories":
+        return render_list(ListResult.model_validate(output), width)
+    return render_show(GetResult.model_validate(output), width)
+
+
+def _width() -> int:
+    return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns if sys.stdout.isatty() else DEFAULT_WIDTH
+
+
+def _one_line(text: str, width: int) -> str:
+    """`text` on one line (line breaks shown as ⏎), cut to `width` characters with an ellipsis."""
+    flat = " ⏎ ".join(part.strip() for part in text.splitlines() if part.strip())
+    return flat if len(flat) <= width else flat[: max(1, width - 1)] + "…"
+
+
+def _labels(tags: list[str]) -> str:
+    return f"  [{', '.join(tags)}]" if tags else ""
+
+
+def _indented(text: str, width: int) -> str:
+    lines = []
+    for paragraph in text.splitlines() or [""]:
+        lines += textwrap.wrap(paragraph, max(20, width - 4)) or [""]
+    return "\n".join(f"    {line}" for line in lines)
+
+
+def render_search(result: SearchResult, width: int) -> str:
+    """A short block per hit (id, entity, category, scores; the text), then how many matched."""
+    blocks = []
+    for hit in result.results:
+        scores = f"score {hit.score:.3f} · words {hit.lexicalScore:.2f}"
+        if hit.semanticScore is not None:
+            scores += f" · meaning {hit.semanticScore:.2f}"
+        near = " · NEAR MISS (did not match; check it)" if hit.nearMiss else ""
+        head = f"{hit.id}  {hit.entity} · {hit.category} · {scores}{near}"
+        blocks.append(f"{head}\n{_indented(hit.text, width)}{_labels(hit.tags)}")
+    matches = sum(1 for hit in result.results if not hit.nearMiss)
+    footer = f"{matches} of {result.total} matches shown · ranking {result.ranking}"
+    if result.note:
+        footer += f"\n{result.note}"
+    return "\n\n".join([*blocks, footer])
+
+
+def render_list(result: ListResult, width: int) -> str:
+    """One memory per line: id, date of its last change, category, entity and text; then the page."""
+    lines = []
+    for memory in result.memories:
+        deleted = " (deleted)" if memory.deleted else ""
+        head = f"{memory.id}  {memory.updatedAt[:10]}  {memory.category:<10}  "
+        rest = f"{memory.entity}: {memory.text}{_labels(memory.tags)}{deleted}"
+        lines.append(head + _one_line(rest, max(20, width - len(head))))
+    shown, offset = len(result.memories), result.offset
+    if shown:
+        more = f"; --offset {offset + shown} for more" if offset + shown < result.total else ""
+        lines.append(f"memories {offset + 1}-{offset + shown} of {result.total}{more}")
+    else:
+        lines.append(f"no memories on this page ({result.total} pass the filters)")
+    return "\n".join(lines)
+
+
+def _fields(memory: Memory, deleted: bool) -> list[str]:
+    fields = [
+        ("id", memory.id),
+        ("entity", memory.entity),
+        ("category", memory.category),
+        ("tags", ", ".join(memory.tags) or "-"),
+        ("keywords", ", ".join(memory.keywords) or "-"),
+        ("created", memory.createdAt),
+        ("updated", memory.updatedAt),
+        ("revision", f"{memory.revision}{' (deleted; restore_memory undoes it)' if deleted else ''}"),
+    ]
+    return [f"{label:<9} {value}" for label, value in fields]
+
+
+def render_show(result: GetResult, width: int) -> str:
+    """The memory's fields and text, then its history: one revision per line, oldest first."""
+    lines = [*_fields(result.memory, result.deleted), "", _indented(result.memory.text, width)]
+    lines += ["", "history (oldest first):"]
+    for revision in result.history or []:
+        head = f"  {revision.revision:>3}  {revision.updatedAt[:19]}  {revision.change:<9}  "
+        reason = f" (reason: {revision.reason})" if revision.reason else ""
+        lines.append(head + _one_line(revision.text + reason, max(20, width - len(head))))
+    if result.note:
+        lines += ["", result.note]
+    return "\n".join(lines)
