@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from squirrel_mcp import config, hookspecs, memories, models, plugin_api, plugins, ranking, search
+from squirrel_mcp import checks, config, hookspecs, memories, models, plugin_api, plugins, ranking, search
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "plugins.md"
@@ -115,12 +115,13 @@ def hook_specs() -> list[typing.Callable[..., object]]:
 
 def test_every_type_a_hook_takes_or_returns_is_exported() -> None:
     specs = hook_specs()
-    assert len(specs) == 5
+    assert len(specs) == 6
     # The annotations as written (argparse's sub-parser type cannot be evaluated on Python 3.11).
     written = " ".join(str(hint) for spec in specs for hint in spec.__annotations__.values())
     named = {getattr(hookspecs, word, None) for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", written)}
     needed = {kind for kind in named if inspect.isclass(kind) and kind.__module__.startswith("squirrel_mcp")}
     assert needed == {
+        checks.Check,
         config.Config,
         memories.MemoryReader,
         models.Revision,
