@@ -131,22 +131,39 @@ def scan_for_secrets(
 UNIT_ONLY = os.environ.get("SQUIRREL_TEST_UNIT") == "1"
 
 
-@pytest.fixture(autouse=True)
-def unit_only(monkeypatch: pytest.MonkeyPatch) -> None:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """In `nox -s unit`, tests marked `process` are skipped before anything of theirs runs.
+
+    For modules whose process starts are wrapped by a library (Playwright's driver, a
+    server started in a thread), where the refusal below would surface as an error.
+    """
+    if UNIT_ONLY:
+        skip = pytest.mark.skip(reason="starts processes: run by `nox -s tests`, not `nox -s unit`")
+        for item in items:
+            if item.get_closest_marker("process"):
+                item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def unit_only() -> Iterator[None]:
     """In `nox -s unit` (SQUIRREL_TEST_UNIT=1), a test is skipped where it would start a process.
 
     Servers, CLIs, sync servers, npm and pip all start through subprocess.Popen (asyncio's
     and anyio's process functions too), so refusing it there leaves exactly the tests that
-    run in this interpreter. The model is not fetched in that session and no PostgreSQL is
-    started, so the tests needing either skip as they do anywhere without them.
+    run in this interpreter. Session-wide, so that module fixtures (an npm install) are
+    refused too. The model is not fetched in that session and no PostgreSQL is started,
+    so the tests needing either skip as they do anywhere without them.
     """
     if not UNIT_ONLY:
+        yield
         return
 
     def refuse(self: subprocess.Popen[bytes], *args: object, **kwargs: object) -> None:
         pytest.skip("starts a process: run by `nox -s tests`, not `nox -s unit`")
 
-    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(subprocess.Popen, "__init__", refuse)
+        yield
 
 
 @pytest.fixture

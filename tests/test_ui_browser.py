@@ -25,6 +25,9 @@ from squirrel_mcp.plugins import PluginHost, get_plugin_manager
 from squirrel_mcp.server import run_search
 from tests.ui_support import create_vault, library, running_ui, save
 
+# Every test here starts `squirrel-mcp ui` (and a browser or a server) in processes of their own.
+pytestmark = pytest.mark.process
+
 CHROMIUM = Path("/usr/bin/chromium")
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1100, "height": 900}

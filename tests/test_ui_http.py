@@ -19,6 +19,9 @@ from mcp import Client
 from tests.conftest import call, needs_model, run_cli, server_params
 from tests.ui_support import create_vault, library, running_ui, save
 
+# Every test here starts `squirrel-mcp ui` (and a browser or a server) in processes of their own.
+pytestmark = pytest.mark.process
+
 SECRET_TEXT = "The spare key hides under the blue flowerpot"
 FORM = {"content-type": "application/x-www-form-urlencoded"}
 
