@@ -11,6 +11,8 @@ import os
 import re
 import sqlite3
 import subprocess
+from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -138,25 +140,43 @@ def test_an_unknown_key_id_is_one_line_and_exit_1(database_url: str) -> None:
     assert len(listed(database_url)) == 1
 
 
-def test_a_schema_1_database_keeps_its_keys_and_migrates_once(tmp_path: Path) -> None:
+def _old_database(database_url: str) -> Callable[[str, tuple[object, ...]], list[tuple[object, ...]]]:
+    """A runner of SQL (`?` placeholders) on `database_url` directly, committing each statement."""
+
+    def run(sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        if database_url.startswith("sqlite:"):
+            with closing(sqlite3.connect(urlsplit(database_url).path)) as connection, connection:
+                return connection.execute(sql, params).fetchall()
+        import psycopg
+
+        with psycopg.connect(database_url, autocommit=True) as connection:
+            cursor = connection.execute(sql.replace("?", "%s"), params)
+            return cursor.fetchall() if cursor.description else []
+
+    return run
+
+
+def test_a_schema_1_database_keeps_its_keys_and_migrates_once(database_url: str) -> None:
     # A database as the previous server left it: the key's hash in its slot, no api_keys.
-    url = f"sqlite:///{tmp_path}/sync.sqlite3"
-    old_key = "sqk_" + "Q" * 43
-    with sqlite3.connect(urlsplit(url).path) as connection:
-        for statement in sync_database._schema(sync_database._SQLITE)[:3]:
-            connection.execute(statement)
-        connection.execute("INSERT INTO sync_meta (key, value) VALUES ('schema', '1')")
-        connection.execute(
-            "INSERT INTO slots (key_hash, created_at) VALUES (?, '2026-01-02T03:04:05.000006Z')",
-            (hashlib.sha256(old_key.encode()).digest(),),
-        )
-    (line,) = listed(url)
+    if database_url.startswith("sqlite:"):
+        Path(urlsplit(database_url).path).parent.mkdir()
+        dialect = sync_database._SQLITE
+    else:
+        dialect = sync_database._POSTGRES
+    sql = _old_database(database_url)
+    for statement in sync_database._schema(dialect)[:3]:
+        sql(statement)
+    sql("INSERT INTO sync_meta (key, value) VALUES ('schema', '1')")
+    sql(
+        "INSERT INTO slots (key_hash, created_at) VALUES (?, '2026-01-02T03:04:05.000006Z')",
+        (hashlib.sha256(("sqk_" + "Q" * 43).encode()).digest(),),
+    )
+    (line,) = listed(database_url)
     assert line["prefix"] == "-" and line["created"] == "2026-01-02T03:04:05Z"
-    replacement = issue(url, "--for", line["id"])
-    assert sync(url, "revoke-key", line["id"]).returncode == 0
+    replacement = issue(database_url, "--for", line["id"])
+    assert sync(database_url, "revoke-key", line["id"]).returncode == 0
     # Opening the database again must not bring the revoked key back.
-    lines = listed(url)
+    lines = listed(database_url)
     assert [entry["revoked"] is not None for entry in lines] == [True, False]
     assert lines[1]["prefix"] == replacement[:12] + "..." and lines[0]["slot"] == lines[1]["slot"]
-    with sqlite3.connect(urlsplit(url).path) as connection:
-        assert connection.execute("SELECT value FROM sync_meta WHERE key = 'schema'").fetchone() == ("2",)
+    assert sql("SELECT value FROM sync_meta WHERE key = 'schema'") == [("2",)]
