@@ -109,7 +109,7 @@ class SyncServer:
 
         chunks = []
         with psycopg.connect(self.database_url) as connection:
-            for table in ("sync_meta", "slots", "records"):
+            for table in ("sync_meta", "slots", "api_keys", "records"):
                 for row in connection.execute(f"SELECT * FROM {table}"):
                     for cell in row:
                         chunks.append(cell if isinstance(cell, bytes) else str(cell).encode())

@@ -308,7 +308,7 @@ def _rename_table(server: SyncServer, old: str, new: str) -> None:
 
 
 def test_bad_keys_reach_the_database_only_at_the_address_budget(sync_server: SyncServer) -> None:
-    _rename_table(sync_server, "slots", "slots_away")
+    _rename_table(sync_server, "api_keys", "api_keys_away")
     bad = {"Authorization": "Bearer sqk_" + "B" * 43}
     started = time.monotonic()
     answers = [
@@ -316,7 +316,7 @@ def test_bad_keys_reach_the_database_only_at_the_address_budget(sync_server: Syn
     ]
     elapsed = time.monotonic() - started
     statuses = [answer.status_code for answer in answers]
-    # Each bad key that reached the database failed there (no slots table): 500 or 503.
+    # Each bad key that reached the database failed there (no api_keys table): 500 or 503.
     reached = sum(status in (500, 503) for status in statuses)
     assert set(statuses) <= {429, 500, 503}
     # The address budget: 20 at once, then one a second.

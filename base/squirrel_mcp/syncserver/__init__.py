@@ -5,12 +5,12 @@ stores exactly what the local vault stores (the account's KDF salt and
 parameters, its wrapped data key, and one sealed record per memory revision)
 and never receives a passphrase, a key or plaintext.
 
-    keys.py        API keys: making one, hashing it, reading the bearer header
+    keys.py        API keys: making one, hashing it, its display prefix, reading the bearer header
     database.py    the store, on SQLite (one machine) or PostgreSQL (same code)
     validation.py  request bodies checked by the wire models (storage/wire.py), and the query
     ratelimit.py   per-key request budgets (token buckets)
     app.py         the Starlette application: routes, authentication, error bodies
-    cli.py         `squirrel-mcp-sync serve` and `squirrel-mcp-sync issue-key`
+    cli.py         `squirrel-mcp-sync serve`, and issue-key, list-keys, revoke-key
 
 openapi.yaml here is the contract, the one copy in the repository; the server
 serves it at /v1/openapi.yaml. Its schemas are those of the wire models in

@@ -9,8 +9,8 @@ within the body deadline (408), then its contents (400). Every error, including
 Starlette's own 404 and 405, has the contract's one JSON shape.
 
 Database calls block, and so do decoding and checking a body of up to 32 MiB,
-so both run in Starlette's thread pool; the rate limiters and the cache of known
-keys are only touched on the event loop, so they need no lock.
+so both run in Starlette's thread pool; the rate limiters and the set of keys
+seen to work are only touched on the event loop, so they need no lock.
 """
 
 from __future__ import annotations
@@ -51,8 +51,9 @@ JSON_MEDIA_TYPE = "application/json"
 # /v1/health asks the database at most this often; calls in between get the last
 # answer, so a flood of health checks costs the database nothing.
 HEALTH_CHECK_INTERVAL_S = 5.0
-# Keys seen to open a slot, remembered so that they skip the database and the
-# address budget. Keys are never revoked, so a remembered one cannot go stale.
+# Keys seen to open a slot, remembered so that they skip the address budget. The
+# database is still asked about every request's key (one indexed read), so a key
+# revoked by `squirrel-mcp-sync revoke-key` is refused from its next request on.
 MAX_KNOWN_KEYS = 10_000
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -121,7 +122,8 @@ class _Service:
         self.per_key = RateLimiter(limits.rate, limits.burst)
         self.per_address = RateLimiter(limits.bad_key_rate, limits.bad_key_burst)
         self.document = contract()
-        self.known_keys: dict[bytes, int] = {}
+        # A dict for its insertion order (oldest first); the values are unused.
+        self.known_keys: dict[bytes, None] = {}
         self.health_lock = asyncio.Lock()
         self.health_checked = float("-inf")
         self.health_ok = False
@@ -130,8 +132,7 @@ class _Service:
         """The slot of the request's key; budgets checked."""
         key = keys.key_from_header(request.headers.get("authorization"))
         digest = None if key is None else keys.key_hash(key)
-        slot = None if digest is None else self.known_keys.get(digest)
-        if slot is None:
+        if digest is None or digest not in self.known_keys:
             # A key not yet seen to work spends its sender's address budget before
             # the database is asked: a stream of bad keys reaches the database at
             # most at that budget's rate, and guessing (hopeless anyway at 256
@@ -140,14 +141,17 @@ class _Service:
             wait = self.per_address.take(address)
             if wait is not None:
                 raise _RateLimited(wait)
+        slot = None if digest is None else await run_in_threadpool(self.database.slot_for_key, digest)
+        if slot is None or digest is None:
             if digest is not None:
-                slot = await run_in_threadpool(self.database.slot_for_key, digest)
-            if slot is None or digest is None:
-                raise _Unauthorized
+                # Revoked since it was seen to work: back to the address budget.
+                self.known_keys.pop(digest, None)
+            raise _Unauthorized
+        if digest not in self.known_keys:
             if len(self.known_keys) >= MAX_KNOWN_KEYS:
                 # Dicts keep insertion order: forget the longest known; it costs one lookup.
                 del self.known_keys[next(iter(self.known_keys))]
-            self.known_keys[digest] = slot
+            self.known_keys[digest] = None
         wait = self.per_key.take(slot)
         if wait is not None:
             raise _RateLimited(wait)

@@ -1,8 +1,14 @@
-"""`squirrel-mcp-sync`: run the reference sync server, or issue an API key for it.
+"""`squirrel-mcp-sync`: run the reference sync server, or administer its API keys.
 
     squirrel-mcp-sync serve --database URL [--host 127.0.0.1] [--port 8765]
                             [--max-connections 1000] [--header-timeout 10] [--body-timeout 60]
-    squirrel-mcp-sync issue-key --database URL
+    squirrel-mcp-sync issue-key --database URL [--for KEY_ID]
+    squirrel-mcp-sync list-keys --database URL
+    squirrel-mcp-sync revoke-key --database URL KEY_ID
+
+Keys are administered here, on the server's machine, not over HTTP: no route
+can issue or revoke one. A running server sees a revocation at once, since it
+asks the database about the key of every request.
 
 The database URL may come from SQUIRREL_SYNC_DATABASE instead of --database
 (better for a PostgreSQL URL holding a password: the command line is visible to
@@ -19,7 +25,13 @@ from squirrel_mcp import __version__
 from squirrel_mcp.cli import print_error
 from squirrel_mcp.config import is_loopback
 from squirrel_mcp.syncserver import keys
-from squirrel_mcp.syncserver.database import Database, DatabaseError, DatabaseUnavailable
+from squirrel_mcp.syncserver.database import (
+    Database,
+    DatabaseError,
+    DatabaseUnavailable,
+    KeyInfo,
+    UnknownKey,
+)
 
 try:
     # The server extra; without it only this message can be given, by `main`.
@@ -81,8 +93,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--no-access-log", action="store_true", help="do not log one line per request")
 
-    issue = commands.add_parser("issue-key", help="make a new API key (and its empty account slot)")
+    issue = commands.add_parser(
+        "issue-key", help="make a new API key (and its empty account slot, unless --for is given)"
+    )
     issue.add_argument("--database", help=database_help)
+    issue.add_argument(
+        "--for",
+        dest="like",
+        type=int,
+        metavar="KEY_ID",
+        help="open the same account as this key (say, one revoked after a leak) instead of a new one",
+    )
+    listing = commands.add_parser("list-keys", help="list every key: id, prefix, created, last used, account")
+    listing.add_argument("--database", help=database_help)
+    revoke = commands.add_parser("revoke-key", help="revoke a key at once; its account and records stay")
+    revoke.add_argument("--database", help=database_help)
+    revoke.add_argument("key_id", type=int, metavar="KEY_ID", help="the key's id, as list-keys shows it")
     return parser
 
 
@@ -106,21 +132,63 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         if args.command == "issue-key":
-            return _issue_key(database)
+            return _issue_key(database, args.like)
+        if args.command == "list-keys":
+            for info in database.list_keys():
+                print(_key_line(info))
+            return 0
+        if args.command == "revoke-key":
+            return _revoke_key(database, args.key_id)
         return _serve(database, args)
+    except UnknownKey as unknown:
+        print_error(f"no key has id {unknown}", program=PROGRAM)
+        return 1
+    except DatabaseUnavailable as problem:
+        print_error(str(problem), program=PROGRAM)
+        return 1
     finally:
         database.close()
 
 
-def _issue_key(database: Database) -> int:
+def _issue_key(database: Database, like: int | None) -> int:
     key = keys.new_key()
-    database.add_slot(keys.key_hash(key))
+    prefix = keys.display_prefix(key)
+    if like is None:
+        key_id = database.add_slot(keys.key_hash(key), prefix)
+    else:
+        key_id = database.add_key(like, keys.key_hash(key), prefix)
     print(key)
+    opens = "a new, empty account slot" if like is None else f"the same account as key {like}"
     print_error(
-        "this key is shown once; the server keeps only its hash. "
-        "Give it to squirrel-mcp as SQUIRREL_API_KEY.",
+        f"key {key_id} ({prefix}...) opens {opens}. It is shown once; the server keeps only "
+        "its hash. Give it to squirrel-mcp as SQUIRREL_API_KEY.",
         program=PROGRAM,
     )
+    return 0
+
+
+def _key_line(info: KeyInfo) -> str:
+    """One line of list-keys: id, prefix, created, last used, account; never the key."""
+    # Keys issued before prefixes were kept show "-": only their hash was ever stored.
+    prefix = "-" if info.prefix is None else f"{info.prefix}..."
+    account = "no account yet" if info.account_id is None else f"account {info.account_id}"
+    line = (
+        f"{info.key_id}\t{prefix}\tcreated {_shown(info.created_at)}\t"
+        f"last used {_shown(info.last_used_at)}\tslot {info.slot} ({account})"
+    )
+    return line if info.revoked_at is None else f"{line}\trevoked {_shown(info.revoked_at)}"
+
+
+def _shown(stamp: str | None) -> str:
+    """A stored timestamp to the second; "never" for none."""
+    return "never" if stamp is None else f"{stamp[:19]}Z"
+
+
+def _revoke_key(database: Database, key_id: int) -> int:
+    if database.revoke_key(key_id):
+        print_error(f"key {key_id} is revoked; its account and records stay", program=PROGRAM)
+    else:
+        print_error(f"key {key_id} was already revoked", program=PROGRAM)
     return 0
 
 

@@ -6,9 +6,16 @@ outgrows one. The SQL is the same on both but for two column types and the row
 lock, which the `_Dialect` holds.
 
 Tables:
-    slots    one row per API key: the key's SHA-256, and once `squirrel-mcp init`
-             has run, the account (id, scrypt salt and parameters, wrapped data
-             key) and the last sequence number given to one of its records.
+    slots    one row per account slot: once `squirrel-mcp init` has run, the
+             account (id, scrypt salt and parameters, wrapped data key), and the
+             last sequence number given to one of its records. Its key_hash is
+             the hash of the key that made the slot; since schema 2 keys are
+             looked up in api_keys only, so that column is kept but never read.
+    api_keys one row per API key ever issued: the key's SHA-256, the slot it
+             opens (several keys may open one slot), its display prefix, when it
+             was made, last used and revoked. A revoked row is kept, so its id
+             is never given to another key and `issue-key --for` can still
+             name it.
     records  one row per sealed memory revision: (slot, seq) is the cursor order,
              (slot, memory id, revision) is unique, as in the local vault.
 
@@ -24,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,7 +51,11 @@ if TYPE_CHECKING:
     _Connection = sqlite3.Connection | psycopg.Connection[tuple[Any, ...]]
     _DbCursor = sqlite3.Cursor | psycopg.Cursor[tuple[Any, ...]]
 
-SCHEMA_VERSION = 1
+# Schema 1 had one key per slot, its hash in slots.key_hash; schema 2 adds api_keys.
+SCHEMA_VERSION = 2
+# A key's last use is written at most this often per key and server process: a
+# busy key would otherwise turn every request into a database write.
+LAST_USED_INTERVAL_S = 60.0
 # Idle connections kept for reuse; more are opened when more requests run at once.
 POOL_SIZE = 8
 
@@ -62,6 +74,23 @@ class NoAccount(Exception):
 
 class AccountExists(Exception):
     """The slot already holds an account."""
+
+
+class UnknownKey(Exception):
+    """No key has this id (the exception's one argument)."""
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    """What `list-keys` shows of a key: never the key nor its hash."""
+
+    key_id: int
+    prefix: str | None  # None for keys issued before prefixes were kept
+    created_at: str
+    last_used_at: str | None
+    revoked_at: str | None
+    slot: int
+    account_id: str | None  # None until `squirrel-mcp init` has made the account
 
 
 @dataclass(frozen=True)
@@ -98,13 +127,19 @@ class _Dialect:
     blob: str
     slot_id: str
     slot_for_append: str  # reads the slot row, locked until the append commits
+    schema_row: str  # reads the schema version, locked if need be so that two starting servers migrate once
 
 
 _SLOT_ROW = "SELECT account_id, last_seq FROM slots WHERE slot_id = ?"
+_SCHEMA_ROW = "SELECT value FROM sync_meta WHERE key = 'schema'"
 # SQLite locks the whole database at BEGIN IMMEDIATE, so the row needs no lock of its own.
-_SQLITE = _Dialect("sqlite", "BLOB", "INTEGER PRIMARY KEY", _SLOT_ROW)
+_SQLITE = _Dialect("sqlite", "BLOB", "INTEGER PRIMARY KEY", _SLOT_ROW, _SCHEMA_ROW)
 _POSTGRES = _Dialect(
-    "postgresql", "BYTEA", "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", _SLOT_ROW + " FOR UPDATE"
+    "postgresql",
+    "BYTEA",
+    "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+    _SLOT_ROW + " FOR UPDATE",
+    _SCHEMA_ROW + " FOR UPDATE",
 )
 
 
@@ -133,6 +168,15 @@ def _schema(d: _Dialect) -> list[str]:
             stored_at TEXT NOT NULL,
             PRIMARY KEY (slot_id, seq),
             UNIQUE (slot_id, memory_id, revision)
+        )""",
+        f"""CREATE TABLE IF NOT EXISTS api_keys (
+            key_id {d.slot_id},
+            slot_id BIGINT NOT NULL REFERENCES slots (slot_id),
+            key_hash {d.blob} NOT NULL UNIQUE,
+            key_prefix TEXT,
+            created_at TEXT NOT NULL,
+            last_used_at TEXT,
+            revoked_at TEXT
         )""",
     ]
 
@@ -166,6 +210,9 @@ class Database:
             raise DatabaseError("the database URL must start with sqlite:/// or postgresql://")
         self._idle: list[_Connection] = []
         self._pool_lock = threading.Lock()
+        # key id -> time.monotonic() of the last write of its last use by this process.
+        self._last_use_written: dict[int, float] = {}
+        self._use_lock = threading.Lock()
         self._create_schema()
 
     @property
@@ -237,10 +284,20 @@ class Database:
         with self._transaction(write=True) as cursor:
             for statement in _schema(self._dialect):
                 cursor.execute(statement)
-            row = cursor.execute("SELECT value FROM sync_meta WHERE key = 'schema'").fetchone()
-            if row is None:
+            row = cursor.execute(self._dialect.schema_row).fetchone()
+            if row is None or row[0] == "1":
+                # Schema 1 (or a new database, whose slots are empty): every slot's
+                # one key becomes a row of api_keys, without a prefix, since only
+                # its hash was ever stored. Done once, with the version change, in
+                # one transaction: a later start must not bring back a revoked key.
                 cursor.execute(
-                    "INSERT INTO sync_meta (key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
+                    "INSERT INTO api_keys (slot_id, key_hash, created_at) "
+                    "SELECT slot_id, key_hash, created_at FROM slots ORDER BY slot_id"
+                )
+                cursor.execute(
+                    "INSERT INTO sync_meta (key, value) VALUES ('schema', ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (str(SCHEMA_VERSION),),
                 )
             elif row[0] != str(SCHEMA_VERSION):
                 raise DatabaseError(
@@ -266,20 +323,89 @@ class Database:
             # Whatever the database says, for a health check it is one answer: not well.
             raise DatabaseUnavailable(f"the {self._dialect.name} database failed its check") from error
 
-    def add_slot(self, key_hash: bytes) -> int:
-        """A new empty slot opened by the key with this hash; its id."""
+    def add_slot(self, key_hash: bytes, prefix: str) -> int:
+        """A new empty slot and the key (hash, display prefix) that opens it; the key's id."""
+        created_at = now_iso("microseconds")
         with self._transaction(write=True) as cursor:
-            row = cursor.one(
+            (slot,) = cursor.one(
                 "INSERT INTO slots (key_hash, created_at) VALUES (?, ?) RETURNING slot_id",
-                (key_hash, now_iso("microseconds")),
+                (key_hash, created_at),
             )
-        return int(row[0])
+            return self._insert_key(cursor, int(slot), key_hash, prefix, created_at)
+
+    def add_key(self, like_key_id: int, key_hash: bytes, prefix: str) -> int:
+        """A new key opening the same slot as key `like_key_id` (revoked or not); its id.
+
+        UnknownKey if no key has that id.
+        """
+        with self._transaction(write=True) as cursor:
+            row = cursor.execute("SELECT slot_id FROM api_keys WHERE key_id = ?", (like_key_id,)).fetchone()
+            if row is None:
+                raise UnknownKey(like_key_id)
+            return self._insert_key(cursor, int(row[0]), key_hash, prefix, now_iso("microseconds"))
+
+    @staticmethod
+    def _insert_key(cursor: _Cursor, slot: int, key_hash: bytes, prefix: str, created_at: str) -> int:
+        (key_id,) = cursor.one(
+            "INSERT INTO api_keys (slot_id, key_hash, key_prefix, created_at) VALUES (?, ?, ?, ?) "
+            "RETURNING key_id",
+            (slot, key_hash, prefix, created_at),
+        )
+        return int(key_id)
+
+    def revoke_key(self, key_id: int) -> bool:
+        """Revoke a key: it opens nothing from now on; its slot and records stay.
+
+        False if it was revoked already; UnknownKey if no key has that id.
+        """
+        with self._transaction(write=True) as cursor:
+            row = cursor.execute("SELECT revoked_at FROM api_keys WHERE key_id = ?", (key_id,)).fetchone()
+            if row is None:
+                raise UnknownKey(key_id)
+            if row[0] is not None:
+                return False
+            cursor.execute(
+                "UPDATE api_keys SET revoked_at = ? WHERE key_id = ?", (now_iso("microseconds"), key_id)
+            )
+        return True
+
+    def list_keys(self) -> list[KeyInfo]:
+        """Every key ever issued, revoked ones included, oldest first."""
+        with self._transaction(write=False) as cursor:
+            rows = cursor.execute(
+                "SELECT k.key_id, k.key_prefix, k.created_at, k.last_used_at, k.revoked_at, "
+                "k.slot_id, s.account_id FROM api_keys k JOIN slots s ON s.slot_id = k.slot_id "
+                "ORDER BY k.key_id"
+            ).fetchall()
+        return [KeyInfo(int(row[0]), row[1], row[2], row[3], row[4], int(row[5]), row[6]) for row in rows]
 
     def slot_for_key(self, key_hash: bytes) -> int | None:
-        """The slot a key hash opens, or None."""
+        """The slot a key hash opens, or None (unknown or revoked); notes the key's use.
+
+        The use is written only if this process has not written it for that key
+        in the last LAST_USED_INTERVAL_S seconds, so a key's "last used" is at
+        most about a minute behind, and a busy key costs one write a minute
+        rather than one per request.
+        """
         with self._transaction(write=False) as cursor:
-            row = cursor.execute("SELECT slot_id FROM slots WHERE key_hash = ?", (key_hash,)).fetchone()
-        return None if row is None else int(row[0])
+            row = cursor.execute(
+                "SELECT key_id, slot_id FROM api_keys WHERE key_hash = ? AND revoked_at IS NULL",
+                (key_hash,),
+            ).fetchone()
+        if row is None:
+            return None
+        key_id, slot = int(row[0]), int(row[1])
+        now = time.monotonic()
+        with self._use_lock:
+            due = now - self._last_use_written.get(key_id, float("-inf")) >= LAST_USED_INTERVAL_S
+            if due:
+                self._last_use_written[key_id] = now
+        if due:
+            with self._transaction(write=True) as cursor:
+                cursor.execute(
+                    "UPDATE api_keys SET last_used_at = ? WHERE key_id = ?", (now_iso("microseconds"), key_id)
+                )
+        return slot
 
     def get_account(self, slot: int) -> StoredAccount:
         """The slot's account; NoAccount if it has none."""

@@ -22,6 +22,16 @@ def new_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
+# Characters after `sqk_` kept to tell keys apart in `list-keys`: 48 of the 256
+# random bits, which leaves the rest far beyond guessing.
+DISPLAY_CHARS = 8
+
+
+def display_prefix(key: str) -> str:
+    """What the database keeps of a key to show it: `sqk_` and its next 8 characters."""
+    return key[: len(KEY_PREFIX) + DISPLAY_CHARS]
+
+
 def key_hash(key: str) -> bytes:
     """What the database stores for a key."""
     return hashlib.sha256(key.encode("ascii")).digest()
