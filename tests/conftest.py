@@ -238,6 +238,19 @@ async def call_error(client: Client, tool: str, **arguments: Any) -> str:
     return text.text
 
 
+async def served_error(params: StdioServerParameters) -> str:
+    """The one line a server that cannot unlock answers every tool call with, and prints once.
+
+    The server keeps serving on such errors (the host shows the line); the commands exit instead.
+    """
+    async with Client(params) as connected:
+        line = await call_error(connected, "get_context")
+    stderr = secrets_of_this_test().stderr_files[-1].read_text(encoding="utf-8", errors="replace")
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines() == [line], stderr
+    return line
+
+
 # For tests that start the real model: it is in the package only once fetched.
 needs_model = pytest.mark.skipif(
     UNIT_ONLY or not (PACKAGED_MODEL_DIR / "model.onnx").exists(),

@@ -173,11 +173,12 @@ def test_user_errors_are_one_clear_line(vault_env: dict[str, str]) -> None:
     no_vault = run_cli(vault_env, "export")
     assert no_vault.returncode == 1 and b"there is no vault" in no_vault.stderr
 
+    # The server answers these as tool errors instead (tests/test_startup.py); the commands exit.
     env = {k: v for k, v in vault_env.items() if k != "SQUIRREL_PASSPHRASE"}
-    no_passphrase = run_cli(env)
+    no_passphrase = run_cli(env, "import", "-", stdin=b"{}")
     assert no_passphrase.returncode == 1 and b"SQUIRREL_PASSPHRASE is not set" in no_passphrase.stderr
 
-    remote = run_cli({**vault_env, "SQUIRREL_API_BASE_URL": "https://example.invalid"})
+    remote = run_cli({**vault_env, "SQUIRREL_API_BASE_URL": "https://example.invalid"}, "export")
     assert remote.returncode == 1 and b"SQUIRREL_API_BASE_URL" in remote.stderr
 
 
@@ -186,8 +187,8 @@ def test_a_wrong_passphrase_fails_clearly_and_touches_nothing(vault_env: dict[st
     vault = Path(vault_env["SQUIRREL_VAULT"])
     before = {path.name: path.read_bytes() for path in vault.parent.iterdir()}
     wrong = {**vault_env, "SQUIRREL_PASSPHRASE": "not the passphrase"}
-    for args in ((), ("export",)):
-        result = run_cli(wrong, *args)
+    for args in (("import", "-"), ("export",)):
+        result = run_cli(wrong, *args, stdin=b"{}")
         assert result.returncode == 1
         assert b"passphrase does not unlock this vault" in result.stderr
         assert b"not the passphrase" not in result.stderr
@@ -199,6 +200,6 @@ def test_a_file_that_is_not_a_vault_is_refused(vault_env: dict[str, str]) -> Non
     vault = Path(vault_env["SQUIRREL_VAULT"])
     vault.parent.mkdir(parents=True)
     vault.write_bytes(b"this is not a database" * 100)
-    result = run_cli(vault_env)
+    result = run_cli(vault_env, "export")
     assert result.returncode == 1 and b"not a readable squirrel-mcp vault" in result.stderr
     assert b"Traceback" not in result.stderr

@@ -27,13 +27,14 @@ from pathlib import Path
 
 import pytest
 from mcp import Client
+from mcp.client.stdio import StdioServerParameters
 from pydantic import BaseModel
 
 from squirrel_mcp import cli, crypto, transfer
 from squirrel_mcp.files import STALE_TEMP_SECONDS, TEMP_MARKER, atomic_write
 from squirrel_mcp.memories import MemoryStore
 from squirrel_mcp.storage.local import LocalVault
-from tests.conftest import PASSPHRASE, call, run_cli, secrets_of_this_test, server_params
+from tests.conftest import PASSPHRASE, call, run_cli, secrets_of_this_test, served_error, server_params
 
 # The cheapest scrypt a vault may carry, so each CLI run unlocks in milliseconds.
 CHEAP_KDF = crypto.KdfParams(salt=b"h" * crypto.SALT_BYTES, n=2**14)
@@ -201,7 +202,8 @@ UNDER_1_GIB = (
     ],
     ids=["4GiB", "1GiBx16", "work", "N-range"],
 )
-def test_out_of_bounds_key_parameters_are_one_line_before_any_scrypt(
+@pytest.mark.anyio
+async def test_out_of_bounds_key_parameters_are_one_line_before_any_scrypt(
     vault_env: dict[str, str], tmp_path: Path, params: dict[str, int]
 ) -> None:
     vault = Path(vault_env["SQUIRREL_VAULT"])
@@ -213,7 +215,13 @@ def test_out_of_bounds_key_parameters_are_one_line_before_any_scrypt(
     exported = {"format": "squirrel-mcp-export", "version": 1, "exportedAt": "2026-01-01T00:00:00Z"}
     backup.write_text(json.dumps({**exported, "exportedBy": "a test", "memories": []}))
     secrets_of_this_test().add_env(vault_env)
-    for args in ((), ("serve",), ("export",), ("import", str(backup))):
+    served = StdioServerParameters(
+        command=sys.executable, args=["-c", UNDER_1_GIB], env={"PATH": os.environ["PATH"], **vault_env}
+    )
+    line = await served_error(served)
+    assert "key parameters of the vault" in line and "out of bounds" in line, line
+    assert "MemoryError" not in line
+    for args in (("export",), ("import", str(backup))):
         result = subprocess.run(
             [sys.executable, "-c", UNDER_1_GIB, *args],
             env={"PATH": os.environ["PATH"], **vault_env},
@@ -244,7 +252,8 @@ def test_init_makes_an_existing_world_readable_file_owner_only(vault_env: dict[s
     assert (vault.stat().st_mode & 0o777) == 0o600
 
 
-def test_serving_a_vault_others_can_read_sets_it_and_its_wal_and_shm_to_0600(
+@pytest.mark.anyio
+async def test_serving_a_vault_others_can_read_sets_it_and_its_wal_and_shm_to_0600(
     vault_env: dict[str, str],
 ) -> None:
     vault = Path(vault_env["SQUIRREL_VAULT"])
@@ -257,9 +266,10 @@ def test_serving_a_vault_others_can_read_sets_it_and_its_wal_and_shm_to_0600(
         files = [vault, vault.with_name(vault.name + "-wal"), vault.with_name(vault.name + "-shm")]
         for file in files:
             file.chmod(0o664)
-        result = run_cli(vault_env, "serve", stdin=b"")
-        assert result.returncode == 0, result.stderr
-        stderr = result.stderr.decode()
+        # A tool call waits for the unlock, which opens the vault (and corrects the modes).
+        async with Client(server_params(vault_env)) as client:
+            await call(client, "get_context")
+        stderr = secrets_of_this_test().stderr_files[-1].read_text(encoding="utf-8")
         for file in files:
             assert f"{file} could be read or written by other users (mode 0664)" in stderr
             assert (file.stat().st_mode & 0o777) == 0o600
@@ -271,7 +281,8 @@ def test_serving_a_vault_others_can_read_sets_it_and_its_wal_and_shm_to_0600(
 
 
 @pytest.mark.parametrize("target_exists", [False, True], ids=["dangling", "to-a-vault"])
-def test_a_symlink_at_the_vault_path_is_refused(
+@pytest.mark.anyio
+async def test_a_symlink_at_the_vault_path_is_refused(
     vault_env: dict[str, str], tmp_path: Path, target_exists: bool
 ) -> None:
     vault = Path(vault_env["SQUIRREL_VAULT"])
@@ -281,7 +292,8 @@ def test_a_symlink_at_the_vault_path_is_refused(
         make_vault(target)
     vault.symlink_to(target)
     before = target.read_bytes() if target_exists else None
-    for args in (("init",), ("serve",), ("export",)):
+    assert f"{vault} is a symbolic link" in await served_error(server_params(vault_env))
+    for args in (("init",), ("export",)):
         line = one_clear_line(run_cli(vault_env, *args, stdin=b""))
         assert f"{vault} is a symbolic link" in line, line
     assert (target.read_bytes() if target_exists else None) == before
@@ -375,7 +387,10 @@ def test_export_leaves_another_programs_temp_files_beside_its_output(
 # 5. SQLite's errors name no stored value ------------------------------------------------------
 
 
-def test_a_text_column_holding_ciphertext_gives_an_error_without_the_bytes(vault_env: dict[str, str]) -> None:
+@pytest.mark.anyio
+async def test_a_text_column_holding_ciphertext_gives_an_error_without_the_bytes(
+    vault_env: dict[str, str],
+) -> None:
     vault = Path(vault_env["SQUIRREL_VAULT"])
     van, _ = make_vault(vault)
     marker = "CIPHERTEXT-SHOWN-HERE"
@@ -391,8 +406,7 @@ def test_a_text_column_holding_ciphertext_gives_an_error_without_the_bytes(vault
             (planted, van),
         )
     db.close()
-    for args in (("export",), ("serve",)):
-        line = one_clear_line(run_cli(vault_env, *args, stdin=b""))
+    for line in (one_clear_line(run_cli(vault_env, "export")), await served_error(server_params(vault_env))):
         assert "damaged or unreadable" in line and "not valid UTF-8" in line, line
         assert "with text" not in line
         assert base64.b64encode(bytes(blob)).decode()[:16] not in line

@@ -13,6 +13,9 @@
 
 Errors a user can cause (no passphrase, wrong passphrase, no vault) print one
 line on stderr and exit non-zero; they never print a secret or memory text.
+The server is the exception: it unlocks in the background after the MCP
+handshake, and when that fails it prints the line once and keeps serving,
+answering every tool call with that line, so the MCP host shows the reason.
 
 Exit status: 0 done; 1 an error, nothing written (import: some revisions
 conflicted); 3 (export only) the export was written but some records could not
@@ -28,8 +31,11 @@ import importlib.metadata
 import json
 import os
 import sys
+import threading
+import traceback
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import pluggy
@@ -40,10 +46,14 @@ from squirrel_mcp.config import Config, ConfigError, check_api_base_url
 from squirrel_mcp.crypto import KdfParams, WrongPassphraseError
 from squirrel_mcp.files import atomic_write
 from squirrel_mcp.memories import MemoryStore, NoAccountError
-from squirrel_mcp.plugins import get_plugin_manager, load_plugins, register_commands
+from squirrel_mcp.plugins import PluginHost, get_plugin_manager, load_plugins, register_commands
 from squirrel_mcp.storage import NO_REMOTE_ACCOUNT, Storage, StorageError
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp.transfer import ImportFileError, export_json, field_locations, import_export, parse_export
+
+if TYPE_CHECKING:
+    # Imported when serving only: the other commands do not pay for importing the MCP SDK.
+    from squirrel_mcp.server import Opening
 
 MIN_PASSPHRASE = 8
 # How often `init` asks for a passphrase long enough before it gives up.
@@ -327,17 +337,50 @@ def cmd_browse(config: Config, pm: pluggy.PluginManager, args: argparse.Namespac
         raise UserError(str(error)) from None
 
 
-def cmd_serve(config: Config, pm: pluggy.PluginManager) -> int:
-    """Unlock the account, then serve MCP over stdio until the client closes it."""
-    from squirrel_mcp.plugins import PluginHost
-    from squirrel_mcp.server import create_server
-
-    store = open_store(config, create=True)
-    host = PluginHost(pm)
-    # Plugins start in their own threads: the MCP handshake does not wait for them.
-    host.start(config, store)
+def _open_in_background(config: Config, host: PluginHost, opening: Opening) -> None:
+    """Unlock the account and start the plugins; or print why not and tell `opening` the same line."""
     try:
-        create_server(store, host).run("stdio")
+        store = open_store(config, create=True)
+    except Exception as error:
+        line = error_line(error)
+        if line is None:
+            # A bug, not the user's to fix: its traceback goes to the log, the agent hears where to look.
+            traceback.print_exc()
+            line = (
+                f"the memory could not be opened: an internal error ({type(error).__name__}); "
+                "the server's log has the details"
+            )
+        print_error(line)
+        opening.failed(f"squirrel-mcp: {line}")
+        return
+    # The plugins start only on an unlocked store: they read memories through it.
+    host.start(config, store)
+    opening.opened(store)
+
+
+def cmd_serve(config: Config, pm: pluggy.PluginManager) -> int:
+    """Serve MCP over stdio until the client closes it, unlocking the account in the background.
+
+    The handshake and tools/list are answered at once; tool calls wait for the
+    unlock. When it fails the server keeps serving: every tool call gets the line
+    it printed on stderr. A person at a terminal without SQUIRREL_PASSPHRASE is
+    asked for it first, as the other commands ask.
+    """
+    from squirrel_mcp.server import Opening, create_server
+
+    host = PluginHost(pm)
+    opening = Opening()
+    if not config.passphrase and sys.stdin.isatty():
+        store = open_store(config, create=True)
+        host.start(config, store)
+        opening.opened(store)
+    else:
+        # A daemon: a client that closes the server mid-unlock must not wait for the unlock to end.
+        threading.Thread(
+            target=_open_in_background, args=(config, host, opening), name="squirrel-mcp-open", daemon=True
+        ).start()
+    try:
+        create_server(opening, host).run("stdio")
     finally:
         host.shutdown()
     return 0
@@ -429,16 +472,24 @@ def main(argv: list[str] | None = None) -> int:
 
             return doctor.run(config)
         return cmd_serve(config, pm)
-    except USER_ERRORS as error:
-        print_error(str(error))
-        return 1
-    except ValidationError as error:
-        # Data that does not fit a model: name the fields, never the values (memory text).
-        print_error(f"invalid data at: {field_locations(error)}")
-        return 1
-    except OSError as error:
-        # A missing or unreadable file given on the command line; the path is the user's own.
-        print_error(f"{error.strerror}: {error.filename}")
-        return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as error:
+        line = error_line(error)
+        if line is None:
+            raise
+        print_error(line)
+        return 1
+
+
+def error_line(error: Exception) -> str | None:
+    """The one line telling the user what went wrong and what to change; None for a bug."""
+    if isinstance(error, USER_ERRORS):
+        return str(error)
+    if isinstance(error, ValidationError):
+        # Data that does not fit a model: name the fields, never the values (memory text).
+        return f"invalid data at: {field_locations(error)}"
+    if isinstance(error, OSError):
+        # A missing or unreadable file given on the command line; the path is the user's own.
+        return f"{error.strerror}: {error.filename}"
+    return None

@@ -197,6 +197,10 @@ class PluginHost:
         self._started: set[str] = set()
         self._workers: dict[str, _Worker] = {}
         self._store: MemoryStore | None = None
+        # Start and shutdown may race (the server unlocks in a thread while the client
+        # can close at any time): once shut down, a late start starts nothing.
+        self._lifecycle = threading.Lock()
+        self._shut_down = False
 
     def _installed(self) -> list[tuple[str, object]]:
         """Every registered plugin but the defaults, by name."""
@@ -227,7 +231,15 @@ class PluginHost:
                 self._started.add(name)
 
     def start(self, config: Config, store: MemoryStore) -> None:
-        """Start every installed plugin in its own thread, then tell it of each change to `store`."""
+        """Start every installed plugin in its own thread, then tell it of each change to `store`.
+
+        After `shutdown` this does nothing: the plugins would never hear their shutdown.
+        """
+        with self._lifecycle:
+            if not self._shut_down:
+                self._start(config, store)
+
+    def _start(self, config: Config, store: MemoryStore) -> None:
         # A plugin needs neither the passphrase nor the API key: it reads memories through `memories`.
         safe = dataclasses.replace(config, passphrase=None, api_key=None)
         reader = MemoryReader(store)
@@ -269,6 +281,11 @@ class PluginHost:
 
     def shutdown(self, timeout: float = SHUTDOWN_TIMEOUT) -> None:
         """Call every plugin's shutdown hook and wait for them, `timeout` seconds at most in all."""
+        with self._lifecycle:
+            self._shut_down = True
+            self._shutdown(timeout)
+
+    def _shutdown(self, timeout: float) -> None:
         if self._store is not None:
             self._store.listeners.remove(self._changed)
             self._store = None

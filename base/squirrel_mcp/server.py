@@ -2,11 +2,12 @@
 
 Each tool is a plain function over a `ToolContext` (the unlocked store and the
 plugins); `create_server` registers them, with their titles and hints to the host,
-and the agent skill as a prompt. Inputs are `Annotated[..., Field(...)]`
-so the JSON schema the agent sees is this code, and bad arguments are refused
-before a tool runs. Outputs are the Pydantic models of squirrel_mcp.results.
-Tool descriptions teach the habits of the agent skill
-(docs/skill/squirrel-notes/SKILL.md): start with get_context, search before
+and the agent skill as a prompt. The store may still be opening when the server
+starts (`Opening`): the handshake and tools/list never wait for it, a tool call does.
+Inputs are `Annotated[..., Field(...)]` so the JSON schema the agent sees is this
+code, and bad arguments are refused before a tool runs. Outputs are the Pydantic
+models of squirrel_mcp.results. Tool descriptions teach the habits of the agent
+skill (docs/skill/squirrel-notes/SKILL.md): start with get_context, search before
 answering, retry once with nearMisses, correct rather than duplicate.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,6 +25,7 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import Annotated, Any, Concatenate, ParamSpec, TypeVar
 
+import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.prompts import Prompt
@@ -77,17 +80,65 @@ MEANING_ONLY_NOTE = (
 MAX_LIST_LIMIT = 100
 # How many problems an invalid-arguments error lists.
 MAX_PROBLEMS = 8
+# How long a tool call waits for the store to open (scrypt, the storage, a pull, decrypting and
+# indexing every memory) before it is answered that the memory is still opening; the opening goes
+# on, and a later call gets the memory. Generous: a large vault on a slow, busy machine.
+OPEN_WAIT = 120.0
+STILL_OPENING = (
+    f"the memory is still being opened (unlocking, decrypting, indexing) after {OPEN_WAIT:g} s; "
+    "nothing was done: try again in a moment"
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
+class Opening:
+    """The memory store as it opens in the background: not yet, opened, or the line saying why not.
+
+    The server answers the handshake while the store opens; every tool call waits
+    for it (`wait`). When it cannot be opened, every call gets the one line the
+    server printed on stderr (what is wrong, what to change in the MCP config).
+    """
+
+    def __init__(self, store: MemoryStore | None = None) -> None:
+        """A store still opening; or, given `store`, one opened already."""
+        self._done = threading.Event()
+        self._store = store
+        self._failure: str | None = None
+        if store is not None:
+            self._done.set()
+
+    def opened(self, store: MemoryStore) -> None:
+        """The store is open: every waiting and later call uses it."""
+        self._store = store
+        self._done.set()
+
+    def failed(self, line: str) -> None:
+        """The store cannot be opened: every waiting and later call is answered `line`."""
+        self._failure = line
+        self._done.set()
+
+    def wait(self, timeout: float = OPEN_WAIT) -> MemoryStore:
+        """The open store, after waiting up to `timeout` seconds for it; else a ToolError saying why not."""
+        if not self._done.wait(timeout):
+            raise ToolError(STILL_OPENING)
+        if self._store is None:
+            raise ToolError(self._failure or "the memory could not be opened")
+        return self._store
+
+
 @dataclass(frozen=True)
 class ToolContext:
-    """What every tool works on: the unlocked memory store and the plugins that rank search hits."""
+    """What every tool works on: the memory store (once open) and the plugins that rank search hits."""
 
-    store: MemoryStore
+    opening: Opening
     plugins: PluginHost
+
+    @property
+    def store(self) -> MemoryStore:
+        """The unlocked store (the server's call_tool waited for it before the tool ran)."""
+        return self.opening.wait()
 
 
 @contextmanager
@@ -203,7 +254,17 @@ def run_search(
 
 
 class SquirrelServer(MCPServer):
-    """MCPServer whose argument errors never echo the arguments back, and that answers every bad line."""
+    """MCPServer whose argument errors never echo the arguments back, and that answers every bad line.
+
+    Its tools wait for the store to open; everything else is answered at once.
+    """
+
+    def __init__(self, opening: Opening) -> None:
+        """A server whose tools work on the store `opening` opens."""
+        super().__init__(
+            name="squirrel-mcp", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING"
+        )
+        self.opening = opening
 
     async def run_stdio_async(self) -> None:
         """Serve over stdio through squirrel_mcp.stdio.
@@ -223,8 +284,12 @@ class SquirrelServer(MCPServer):
 
         A storage failure (the sync server unreachable, a key refused) is the
         user's to fix, not a crash: the agent gets its message, which names the
-        cause and never a key or memory text.
+        cause and never a key or memory text. Every call first waits for the
+        store to open, off the event loop so that other requests are answered
+        meanwhile; if it could not be opened, every call gets the reason, even
+        one with bad arguments.
         """
+        await anyio.to_thread.run_sync(self.opening.wait, abandon_on_cancel=True)
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as error:
@@ -537,16 +602,15 @@ def _bind(tool: Callable[Concatenate[ToolContext, P], R], context: ToolContext) 
     return bound
 
 
-def create_server(store: MemoryStore, plugins: PluginHost | None = None) -> MCPServer:
-    """The MCP server with every tool bound to an unlocked memory store.
+def create_server(store: MemoryStore | Opening, plugins: PluginHost | None = None) -> MCPServer:
+    """The MCP server with every tool bound to a memory store, unlocked or still opening.
 
     `plugins` ranks search hits; without it only the built-in lexical ranker does.
     The tools and their schemas are the same whatever plugins are installed.
     """
-    context = ToolContext(store, plugins or PluginHost(get_plugin_manager()))
-    server: MCPServer = SquirrelServer(
-        name="squirrel-mcp", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING"
-    )
+    opening = store if isinstance(store, Opening) else Opening(store)
+    context = ToolContext(opening, plugins or PluginHost(get_plugin_manager()))
+    server = SquirrelServer(opening)
     for tool in TOOLS:
         server.add_tool(
             _bind(tool.function, context),

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
+import subprocess
 import time
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from tests.conftest import (
     run_cli,
     search_when,
     secrets_of_this_test,
+    served_error,
     server_params,
 )
 from tests.reliability.figures import record
@@ -220,14 +222,17 @@ async def test_a_wrong_passphrase_is_refused_and_the_vault_left_byte_identical(
     ]
     runs = 0
     for passphrase in wrong:
-        for args in ((), ("export",)):
-            result = run_cli({**vault_env, "SQUIRREL_PASSPHRASE": passphrase}, *args, stdin=b"")
-            runs += 1
-            lines = result.stderr.decode().strip().splitlines()
-            assert result.returncode == 1, result.stderr
-            assert len(lines) == 1 and "passphrase does not unlock this vault" in lines[0], lines
-            assert result.stdout == b""
-            assert files_of(vault_dir) == before
+        env = {**vault_env, "SQUIRREL_PASSPHRASE": passphrase}
+        # The server keeps serving and answers every tool call with the line; export exits with it.
+        assert "passphrase does not unlock this vault" in await served_error(server_params(env))
+        assert files_of(vault_dir) == before
+        result = run_cli(env, "export", stdin=b"")
+        runs += 2
+        lines = result.stderr.decode().strip().splitlines()
+        assert result.returncode == 1, result.stderr
+        assert len(lines) == 1 and "passphrase does not unlock this vault" in lines[0], lines
+        assert result.stdout == b""
+        assert files_of(vault_dir) == before
     record(
         "tampering-wrong-passphrase",
         runs=runs,
@@ -237,10 +242,22 @@ async def test_a_wrong_passphrase_is_refused_and_the_vault_left_byte_identical(
         seconds=time.monotonic() - started,
         notes=(
             f"{len(wrong)} wrong passphrases (case, trailing space, one character short or changed, "
-            f"Unicode, 1,000 characters) x serve and export = {runs} runs: each exit 1 with one clear line, "
-            "no output, the vault's files byte-identical (and modes unchanged)"
+            f"Unicode, 1,000 characters) x serve and export = {runs} runs: the server answering every "
+            "tool call with one clear line, export exiting 1 with it; no output, the vault's files "
+            "byte-identical (and modes unchanged)"
         ),
     )
+
+
+async def serve_once(env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
+    """One get_context on a server, told as a CLI run: status 1 for a tool error, and its stderr."""
+    async with Client(server_params(env)) as client:
+        answer = await client.call_tool("get_context", {})
+    stderr = secrets_of_this_test().stderr_files[-1].read_bytes()
+    if answer.is_error:
+        text = answer.content[0]
+        assert text.type == "text" and stderr.decode().strip().splitlines() == [text.text], stderr
+    return subprocess.CompletedProcess([], 1 if answer.is_error else 0, b"", stderr)
 
 
 async def test_a_truncated_or_overwritten_vault_gives_one_clear_line(cheap_vault_env: dict[str, str]) -> None:
@@ -269,7 +286,7 @@ async def test_a_truncated_or_overwritten_vault_gives_one_clear_line(cheap_vault
                 handle.seek(at)
                 handle.write(rng.randbytes(500))
         for args in (("export",), ()):
-            result = run_cli(cheap_vault_env, *args, stdin=b"")
+            result = run_cli(cheap_vault_env, *args, stdin=b"") if args else await serve_once(cheap_vault_env)
             stderr = result.stderr.decode()
             assert "Traceback" not in stderr, stderr
             lines = stderr.strip().splitlines()

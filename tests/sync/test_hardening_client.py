@@ -37,7 +37,15 @@ from squirrel_mcp.memories import MemoryStore
 from squirrel_mcp.storage import StorageError, remote
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp.storage.remote import RemoteStorage
-from tests.conftest import PASSPHRASE, call, call_error, run_cli, secrets_of_this_test, server_params
+from tests.conftest import (
+    PASSPHRASE,
+    call,
+    call_error,
+    run_cli,
+    secrets_of_this_test,
+    served_error,
+    server_params,
+)
 from tests.sync.conftest import SyncServer, serve_on_loopback
 
 API_KEY = "sqk_" + "h" * 43
@@ -323,7 +331,9 @@ async def test_serve_export_and_import_never_create_an_account(
             }
         )
     )
-    for args in ((), ("serve",), ("export",), ("import", str(export_file))):
+    assert await served_error(server_params(env)) == expected
+    assert sync_server.get("/v1/account", key).status_code == 404
+    for args in (("export",), ("import", str(export_file))):
         result = run_cli(env, *args, stdin=b"")
         assert result.returncode == 1, result.stderr
         assert result.stderr.decode().strip().splitlines() == [expected]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PASSPHRASE, run_cli
+from tests.conftest import PASSPHRASE, run_cli, served_error, server_params
 from tests.sync.conftest import SyncServer
 
 
@@ -44,7 +44,8 @@ def one_line(result: object) -> str:
         ("https://me:pw@sync.example.org", "sqk_" + "x" * 43, "must not hold credentials"),
     ],
 )
-def test_a_half_made_or_cleartext_remote_configuration_is_refused(
+@pytest.mark.anyio
+async def test_a_half_made_or_cleartext_remote_configuration_is_refused(
     vault_env: dict[str, str], url: str | None, key: str | None, expected: str
 ) -> None:
     env = dict(vault_env)
@@ -52,10 +53,12 @@ def test_a_half_made_or_cleartext_remote_configuration_is_refused(
         env["SQUIRREL_API_BASE_URL"] = url
     if key:
         env["SQUIRREL_API_KEY"] = key
-    for args in ((), ("init",), ("export",)):
+    lines = [await served_error(server_params(env))]
+    for args in (("init",), ("export",)):
         result = run_cli(env, *args)
         assert result.returncode == 1
-        line = one_line(result)
+        lines.append(one_line(result))
+    for line in lines:
         assert expected in line
         # One line naming the variable; neither the URL (it may hold credentials) nor the key.
         assert (url or "@@") not in line and (key or "@@") not in line

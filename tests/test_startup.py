@@ -1,0 +1,185 @@
+"""Start-up of the real server over stdio: it answers at once, unlocks after, and never exits on a bad unlock.
+
+The handshake and tools/list do not wait for the unlock (scrypt, opening the
+storage, pulling, decrypting, indexing); tool calls do. When the unlock fails,
+the server prints its one line on stderr once and keeps serving: every tool
+call is answered with that line, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import ClassVar
+
+import anyio
+import anyio.to_thread
+import pytest
+from mcp import Client
+
+from squirrel_mcp import crypto
+from squirrel_mcp.memories import MemoryStore
+from squirrel_mcp.storage.local import LocalVault
+from tests.conftest import PASSPHRASE, call_error, run_cli, secrets_of_this_test, server_params
+from tests.sync.conftest import serve_on_loopback, start_sync_server
+
+CHEAP_KDF = crypto.KdfParams(salt=b"s" * crypto.SALT_BYTES, n=2**14)
+TOOL_COUNT = 8
+# A backstop only: how long the test waits for the server to reach the held request.
+REACH_WITHIN = 120.0
+
+
+def server_lines() -> list[str]:
+    """The stderr lines of the last server this test started (read once it has stopped)."""
+    path = secrets_of_this_test().stderr_files[-1]
+    return path.read_text(encoding="utf-8").strip().splitlines()
+
+
+def make_vault(path: Path) -> None:
+    """A vault with one memory, made through the library (cheap key derivation)."""
+    vault = LocalVault(path, create=True)
+    try:
+        store = MemoryStore.create(vault, PASSPHRASE, CHEAP_KDF)
+        store.save(entity="user", text="keeps bees on the roof", category="fact", tags=[], keywords=[])
+    finally:
+        vault.close()
+
+
+def files_of(directory: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(directory.iterdir())}
+
+
+async def assert_every_call_fails_with(client: Client, expected: str) -> str:
+    """Every tool, even with bad arguments, answers the one line; tools/list still answers."""
+    assert len((await client.list_tools()).tools) == TOOL_COUNT
+    line = await call_error(client, "get_context")
+    assert expected in line
+    assert line.startswith("squirrel-mcp: ")
+    assert await call_error(client, "save_memory", text="keeps bees on the roof") == line
+    assert await call_error(client, "search_memory", query="") == line
+    assert len((await client.list_tools()).tools) == TOOL_COUNT
+    return line
+
+
+class HeldAccount(BaseHTTPRequestHandler):
+    """A sync server that holds the account request until the test releases it, then refuses the key."""
+
+    arrived: ClassVar[threading.Event]
+    release: ClassVar[threading.Event]
+
+    def do_GET(self) -> None:
+        self.arrived.set()
+        self.release.wait(REACH_WITHIN * 2)
+        body = b'{"error": {"code": "unauthorized", "message": "unknown key"}}'
+        self.send_response(401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet: the test's output is the server's."""
+
+
+@pytest.mark.anyio
+async def test_the_handshake_and_tools_list_are_answered_while_the_unlock_waits(
+    vault_env: dict[str, str],
+) -> None:
+    # The unlock needs the sync server's account; that server holds the request until released,
+    # so everything answered before the release was answered while the unlock was still running.
+    arrived, release = threading.Event(), threading.Event()
+    handler = type("Held", (HeldAccount,), {"arrived": arrived, "release": release})
+    with serve_on_loopback(handler) as url:
+        env = {**vault_env, "SQUIRREL_API_BASE_URL": url, "SQUIRREL_API_KEY": "sqk_" + "u" * 43}
+        try:
+            async with Client(server_params(env)) as client:
+                assert await anyio.to_thread.run_sync(arrived.wait, REACH_WITHIN)
+                assert not release.is_set()
+                tools = await client.list_tools()
+                assert len(tools.tools) == TOOL_COUNT
+                answers: list[str] = []
+
+                async def first_call() -> None:
+                    answers.append(await call_error(client, "get_context"))
+
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(first_call)
+                    # Answered while the first tool call still waits for the unlock.
+                    assert len((await client.list_tools()).tools) == TOOL_COUNT
+                    assert answers == []
+                    release.set()
+                assert "did not accept SQUIRREL_API_KEY (401)" in answers[0]
+                await assert_every_call_fails_with(client, answers[0])
+        finally:
+            release.set()
+    assert server_lines() == [answers[0]]
+
+
+@pytest.mark.anyio
+async def test_a_wrong_passphrase_is_every_tool_calls_answer_and_nothing_is_written(
+    vault_env: dict[str, str],
+) -> None:
+    vault = Path(vault_env["SQUIRREL_VAULT"])
+    make_vault(vault)
+    before = files_of(vault.parent)
+    async with Client(server_params({**vault_env, "SQUIRREL_PASSPHRASE": "not the passphrase"})) as client:
+        line = await assert_every_call_fails_with(client, "passphrase does not unlock this vault")
+    assert server_lines() == [line]
+    assert files_of(vault.parent) == before
+
+
+@pytest.mark.anyio
+async def test_a_damaged_vault_is_every_tool_calls_answer_and_nothing_is_written(
+    vault_env: dict[str, str],
+) -> None:
+    vault = Path(vault_env["SQUIRREL_VAULT"])
+    make_vault(vault)
+    with sqlite3.connect(vault) as db:
+        db.execute("UPDATE meta SET value = '{\"id\": 7' WHERE key = 'account'")
+    db.close()
+    before = files_of(vault.parent)
+    async with Client(server_params(vault_env)) as client:
+        line = await assert_every_call_fails_with(client, str(vault))
+    assert server_lines() == [line]
+    assert files_of(vault.parent) == before
+
+
+@pytest.mark.anyio
+async def test_no_passphrase_and_no_vault_creates_nothing(vault_env: dict[str, str]) -> None:
+    env = {k: v for k, v in vault_env.items() if k != "SQUIRREL_PASSPHRASE"}
+    async with Client(server_params(env)) as client:
+        line = await assert_every_call_fails_with(client, "SQUIRREL_PASSPHRASE is not set")
+    assert server_lines() == [line]
+    assert not Path(vault_env["SQUIRREL_VAULT"]).parent.exists()
+
+
+COUNTS = (
+    "SELECT (SELECT count(*) FROM slots), (SELECT count(*) FROM slots WHERE account_id IS NOT NULL), "
+    "(SELECT count(*) FROM records)"
+)
+
+
+def record_counts(database: Path) -> tuple[int, ...]:
+    """How many slots the sync server's database holds, how many with an account, how many records."""
+    with sqlite3.connect(database) as db:
+        counts = tuple(db.execute(COUNTS).fetchone())
+    db.close()
+    return counts
+
+
+@pytest.mark.anyio
+async def test_a_key_the_sync_server_refuses_is_every_tool_calls_answer(
+    tmp_path: Path, vault_env: dict[str, str]
+) -> None:
+    database = tmp_path / "sync-db" / "sync.sqlite3"
+    with start_sync_server(f"sqlite:///{database}", log=tmp_path / "sync-server.log") as server:
+        remote = {**vault_env, "SQUIRREL_API_BASE_URL": server.url, "SQUIRREL_API_KEY": server.api_key}
+        assert run_cli(remote, "init").returncode == 0
+        before = record_counts(database)
+        refused = {**remote, "SQUIRREL_API_KEY": "sqk_" + "r" * 43}
+        async with Client(server_params(refused)) as client:
+            line = await assert_every_call_fails_with(client, "did not accept SQUIRREL_API_KEY (401)")
+        assert server_lines() == [line]
+        assert record_counts(database) == before
