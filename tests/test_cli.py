@@ -169,13 +169,26 @@ def test_import_refuses_a_bad_file_without_echoing_it(vault_env: dict[str, str],
     assert missing.returncode == 1 and b"No such file" in missing.stderr
 
 
+# A valid export holding nothing: import checks its file before it opens the vault.
+EMPTY_EXPORT = json.dumps(
+    {
+        "format": "squirrel-mcp-export",
+        "version": 1,
+        "exportedAt": "2026-01-01T00:00:00Z",
+        "exportedBy": "a test",
+        "memories": [],
+    }
+).encode()
+
+
 def test_user_errors_are_one_clear_line(vault_env: dict[str, str]) -> None:
     no_vault = run_cli(vault_env, "export")
     assert no_vault.returncode == 1 and b"there is no vault" in no_vault.stderr
 
     # The server answers these as tool errors instead (tests/test_startup.py); the commands exit.
+    assert run_cli(vault_env, "init").returncode == 0
     env = {k: v for k, v in vault_env.items() if k != "SQUIRREL_PASSPHRASE"}
-    no_passphrase = run_cli(env, "import", "-", stdin=b"{}")
+    no_passphrase = run_cli(env, "import", "-", stdin=EMPTY_EXPORT)
     assert no_passphrase.returncode == 1 and b"SQUIRREL_PASSPHRASE is not set" in no_passphrase.stderr
 
     remote = run_cli({**vault_env, "SQUIRREL_API_BASE_URL": "https://example.invalid"}, "export")
@@ -188,7 +201,7 @@ def test_a_wrong_passphrase_fails_clearly_and_touches_nothing(vault_env: dict[st
     before = {path.name: path.read_bytes() for path in vault.parent.iterdir()}
     wrong = {**vault_env, "SQUIRREL_PASSPHRASE": "not the passphrase"}
     for args in (("import", "-"), ("export",)):
-        result = run_cli(wrong, *args, stdin=b"{}")
+        result = run_cli(wrong, *args, stdin=EMPTY_EXPORT)
         assert result.returncode == 1
         assert b"passphrase does not unlock this vault" in result.stderr
         assert b"not the passphrase" not in result.stderr

@@ -45,6 +45,7 @@ from squirrel_mcp import __version__, browse, server_memory
 from squirrel_mcp.config import Config, ConfigError, check_api_base_url
 from squirrel_mcp.crypto import KdfParams, WrongPassphraseError
 from squirrel_mcp.files import atomic_write
+from squirrel_mcp.lines import log_line
 from squirrel_mcp.memories import MemoryStore, NoAccountError
 from squirrel_mcp.plugins import PluginHost, get_plugin_manager, load_plugins, register_commands
 from squirrel_mcp.storage import NO_REMOTE_ACCOUNT, Storage, StorageError
@@ -70,11 +71,6 @@ class UserError(Exception):
 
 # Errors a user can cause and fix: one line on stderr, no traceback (their messages hold no secret).
 USER_ERRORS = (UserError, ConfigError, StorageError, WrongPassphraseError, NoAccountError, ImportFileError)
-
-
-def print_error(message: str, program: str = "squirrel-mcp") -> None:
-    """One line on stderr, "PROGRAM: MESSAGE": how both commands report what the user can fix."""
-    print(f"{program}: {message}", file=sys.stderr, flush=True)
 
 
 def _passphrase(config: Config, *, confirm: bool) -> str:
@@ -111,7 +107,7 @@ def open_storage(config: Config, *, create: bool) -> Storage:
         return RemoteStorage(check_api_base_url(config.api_base_url), config.api_key)
     vault = LocalVault(config.vault_path, create=create)
     for path, mode in vault.corrected_modes:
-        print_error(
+        log_line(
             f"{path} could be read or written by other users (mode {mode:04o}); its mode is now 0600. "
             "Whoever read it holds sealed records that only your passphrase protects"
         )
@@ -151,7 +147,7 @@ def open_store(config: Config, *, create: bool) -> MemoryStore:
             store = MemoryStore.create(storage, passphrase)
             # An existing file without an account is one whose creation was cut short,
             # or one emptied since: either way the user should hear of the new account.
-            print_error(
+            log_line(
                 f"created a new vault at {config.vault_path}"
                 if not existed
                 else f"the vault at {config.vault_path} held no account; created a new one in it"
@@ -277,19 +273,19 @@ def cmd_export(config: Config, output: str | None, *, force: bool = False) -> in
     else:
         atomic_write(target, export.data)
     for gap in export.gaps[:MAX_GAPS_LISTED]:
-        print_error(f"left out, unreadable: {gap}")
+        log_line(f"left out, unreadable: {gap}")
     if len(export.gaps) > MAX_GAPS_LISTED:
-        print_error(f"left out, unreadable: revisions of {len(export.gaps) - MAX_GAPS_LISTED} more memories")
+        log_line(f"left out, unreadable: revisions of {len(export.gaps) - MAX_GAPS_LISTED} more memories")
     where = "" if target is None else f" to {target}"
     if export.gaps:
-        print_error(
+        log_line(
             f"exported{where} WITHOUT the revisions above: their records failed the integrity check "
             f"(damaged or tampered with), or were missing already in the export this vault was "
             f"imported from; exit status {EXIT_EXPORT_INCOMPLETE}"
         )
         return EXIT_EXPORT_INCOMPLETE
     if target is not None:
-        print_error(f"exported to {target}")
+        log_line(f"exported to {target}")
     return 0
 
 
@@ -350,7 +346,7 @@ def _open_in_background(config: Config, host: PluginHost, opening: Opening) -> N
                 f"the memory could not be opened: an internal error ({type(error).__name__}); "
                 "the server's log has the details"
             )
-        print_error(line)
+        log_line(line)
         opening.failed(f"squirrel-mcp: {line}")
         return
     # The plugins start only on an unlocked store: they read memories through it.
@@ -478,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
         line = error_line(error)
         if line is None:
             raise
-        print_error(line)
+        log_line(line)
         return 1
 
 

@@ -27,7 +27,6 @@ import importlib
 import importlib.metadata
 import os
 import queue
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -36,6 +35,7 @@ import pluggy
 
 from squirrel_mcp import hookspecs
 from squirrel_mcp.config import Config
+from squirrel_mcp.lines import log_line, notice_line
 from squirrel_mcp.memories import MemoryReader, MemoryStore
 from squirrel_mcp.models import Revision
 from squirrel_mcp.ranking import Candidate, Ranking, RankOptions, check_ranking
@@ -51,16 +51,6 @@ RANK_TIMEOUT = 10.0
 SHUTDOWN_TIMEOUT = 5.0
 
 Log = Callable[[str], None]
-
-
-def log_line(message: str) -> None:
-    """One line on stderr, prefixed like every other line the server writes."""
-    print(f"squirrel-mcp: {message}", file=sys.stderr, flush=True)
-
-
-def notice_line(message: str) -> None:
-    """One line on stderr exactly as given: for the lines the docs spell out ("memory: ...")."""
-    print(message, file=sys.stderr, flush=True)
 
 
 def get_plugin_manager() -> pluggy.PluginManager:

@@ -22,8 +22,8 @@ import os
 import socket
 
 from squirrel_mcp import __version__
-from squirrel_mcp.cli import print_error
 from squirrel_mcp.config import is_loopback
+from squirrel_mcp.lines import log_line
 from squirrel_mcp.syncserver import keys
 from squirrel_mcp.syncserver.database import (
     Database,
@@ -115,7 +115,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run `squirrel-mcp-sync`; the process exit code."""
     if _MISSING is not None:
-        print_error(
+        log_line(
             f"the sync server needs {_MISSING}, which is not installed: pip install 'squirrel-mcp[server]'",
             program=PROGRAM,
         )
@@ -123,12 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     url = args.database or os.environ.get(DATABASE_ENV)
     if not url:
-        print_error(f"give --database URL or set {DATABASE_ENV}", program=PROGRAM)
+        log_line(f"give --database URL or set {DATABASE_ENV}", program=PROGRAM)
         return 2
     try:
         database = Database(url)
     except (DatabaseError, DatabaseUnavailable) as problem:
-        print_error(str(problem), program=PROGRAM)
+        log_line(str(problem), program=PROGRAM)
         return 1
     try:
         if args.command == "issue-key":
@@ -141,10 +141,10 @@ def main(argv: list[str] | None = None) -> int:
             return _revoke_key(database, args.key_id)
         return _serve(database, args)
     except UnknownKey as unknown:
-        print_error(f"no key has id {unknown}", program=PROGRAM)
+        log_line(f"no key has id {unknown}", program=PROGRAM)
         return 1
     except DatabaseUnavailable as problem:
-        print_error(str(problem), program=PROGRAM)
+        log_line(str(problem), program=PROGRAM)
         return 1
     finally:
         database.close()
@@ -159,7 +159,7 @@ def _issue_key(database: Database, like: int | None) -> int:
         key_id = database.add_key(like, keys.key_hash(key), prefix)
     print(key)
     opens = "a new, empty account slot" if like is None else f"the same account as key {like}"
-    print_error(
+    log_line(
         f"key {key_id} ({prefix}...) opens {opens}. It is shown once; the server keeps only "
         "its hash. Give it to squirrel-mcp as SQUIRREL_API_KEY.",
         program=PROGRAM,
@@ -186,23 +186,23 @@ def _shown(stamp: str | None) -> str:
 
 def _revoke_key(database: Database, key_id: int) -> int:
     if database.revoke_key(key_id):
-        print_error(f"key {key_id} is revoked; its account and records stay", program=PROGRAM)
+        log_line(f"key {key_id} is revoked; its account and records stay", program=PROGRAM)
     else:
-        print_error(f"key {key_id} was already revoked", program=PROGRAM)
+        log_line(f"key {key_id} was already revoked", program=PROGRAM)
     return 0
 
 
 def _serve(database: Database, args: argparse.Namespace) -> int:
     if args.rate_limit <= 0 or args.burst < 1:
-        print_error("--rate-limit must be positive and --burst at least 1", program=PROGRAM)
+        log_line("--rate-limit must be positive and --burst at least 1", program=PROGRAM)
         return 2
     if args.max_connections < 1 or not args.header_timeout > 0 or not args.body_timeout > 0:
-        print_error("--max-connections must be at least 1, and the timeouts positive", program=PROGRAM)
+        log_line("--max-connections must be at least 1, and the timeouts positive", program=PROGRAM)
         return 2
     app = create_app(database, Limits(rate=args.rate_limit, burst=args.burst, body_timeout=args.body_timeout))
     max_connections, fd_ceiling, file_limit = connection_budget(args.max_connections)
     if max_connections < args.max_connections:
-        print_error(
+        log_line(
             f"at most {max_connections} connections at once, "
             f"to stay within the limit of {file_limit} open files (ulimit -n)",
             program=PROGRAM,
@@ -218,13 +218,13 @@ def _serve(database: Database, args: argparse.Namespace) -> int:
     try:
         listener.bind((args.host, args.port))
     except OSError as problem:
-        print_error(f"cannot listen on {args.host}:{args.port} ({problem.strerror})", program=PROGRAM)
+        log_line(f"cannot listen on {args.host}:{args.port} ({problem.strerror})", program=PROGRAM)
         return 1
     host, port = listener.getsockname()[:2]
     shown = f"[{host}]" if family == socket.AF_INET6 else host
-    print_error(f"serving http://{shown}:{port} ({database.dialect})", program=PROGRAM)
+    log_line(f"serving http://{shown}:{port} ({database.dialect})", program=PROGRAM)
     if not is_loopback(args.host):
-        print_error(
+        log_line(
             "this speaks plain HTTP; put it behind a TLS reverse proxy "
             "(docs/sync-server.md), since API keys travel in every request",
             program=PROGRAM,

@@ -19,13 +19,15 @@ traceback's locals could hold memory text.
 
 from __future__ import annotations
 
+import functools
 import secrets
-import sys
 from collections.abc import Callable
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qsl, urlencode
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from squirrel_mcp.lines import log_line
 
 # Scripts, styles and images only from this page's own /static/; forms only back to it; no frames.
 CONTENT_SECURITY_POLICY = (
@@ -48,14 +50,14 @@ SAFE_METHODS = frozenset({"GET", "HEAD"})
 TOKEN_PARAMETER = "token"  # noqa: S105 - the query parameter's name, not a secret
 
 
-def _log(message: str) -> None:
-    print(f"squirrel-mcp ui: {message}", file=sys.stderr, flush=True)
+# Its lines name the page ("squirrel-mcp ui: ..."), apart from the server's.
+UI_LOG = functools.partial(log_line, program="squirrel-mcp ui")
 
 
 class Guard:
     """ASGI middleware in front of the page: the checks of the module docstring."""
 
-    def __init__(self, app: ASGIApp, *, port: int, token: str, log: Callable[[str], None] = _log) -> None:
+    def __init__(self, app: ASGIApp, *, port: int, token: str, log: Callable[[str], None] = UI_LOG) -> None:
         """Let through to `app` only requests for 127.0.0.1:`port` from the holder of `token`."""
         self._app = app
         self._token: str | None = token
