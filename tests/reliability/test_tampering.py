@@ -7,7 +7,8 @@ server (or CLI) is started on them:
   another memory, or cut short: that memory is reported unreadable by id, every
   other memory is still served; an older revision replayed as the newest: the
   memory is served at that older revision, with a note saying the newest failed;
-- a wrong passphrase: one clear line, exit status 1, the vault byte-identical;
+- a wrong passphrase: one clear line (the server answers every tool call with it,
+  export exits 1 with it), the vault byte-identical;
 - a vault truncated or with a page overwritten: one clear line (or, for an empty
   file, a new account said so), never a traceback;
 - a vault damaged under a running server: each tool call a clear tool error;
