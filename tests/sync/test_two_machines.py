@@ -22,7 +22,7 @@ import pytest
 import requests
 from mcp import Client
 
-from tests.conftest import PASSPHRASE, call, needs_model, run_cli, server_params
+from tests.conftest import PASSPHRASE, call, needs_model, run_cli, served_error, server_params
 from tests.sync.conftest import SyncServer, serve_on_loopback, start_sync_server
 
 pytestmark = pytest.mark.anyio
@@ -299,17 +299,19 @@ def test_a_wrong_or_missing_key_gets_401_and_nothing_else(sync_server: SyncServe
         )
         assert answer.status_code == 401
 
-    # Through the client: every command fails with one line that names the cause, not the key.
+    # Through the client: one line that names the cause, not the key. A command exits with
+    # it; the server keeps serving and answers every tool call with it.
+    expected = (
+        f"squirrel-mcp: the sync server at {sync_server.url} did not accept SQUIRREL_API_KEY "
+        "(401): check the key"
+    )
     for key in (wrong, "not-even-shaped-like-a-key"):
         bad = {**env, "SQUIRREL_API_KEY": key}
-        for args in ((), ("export",)):
-            result = run_cli(bad, *args)
-            assert result.returncode == 1
-            assert result.stderr.decode().strip().splitlines() == [
-                f"squirrel-mcp: the sync server at {sync_server.url} did not accept SQUIRREL_API_KEY "
-                "(401): check the key"
-            ]
-            assert key.encode() not in result.stdout + result.stderr
+        result = run_cli(bad, "export")
+        assert result.returncode == 1
+        assert result.stderr.decode().strip().splitlines() == [expected]
+        assert key.encode() not in result.stdout + result.stderr
+        assert anyio.run(served_error, server_params(bad)) == expected
     # And the account is untouched: the right key still reads the one memory.
     exported = json.loads(run_cli(env, "export").stdout)
     assert [m["revisions"][0]["text"] for m in exported["memories"]] == ["Rides a green tandem"]
