@@ -147,6 +147,8 @@ async def test_a_whole_session_leaks_nothing_and_writes_owner_only_files(tmp_pat
             for path in (home / "data").rglob("*"):
                 modes_seen[str(path.relative_to(home))] = private(path)
         export = tmp_path / "out" / "export.json"
+        # export -o refuses a missing directory: the user makes it (owner-only, as the product would).
+        export.parent.mkdir(mode=0o700)
         exported = run_cli(env, "export", "-o", str(export))
         assert exported.returncode == 0, exported.stderr
 
