@@ -8,6 +8,7 @@
                             reads the official memory server's JSONL instead
     squirrel-mcp search Q   search your memories as an agent does (also: list, show ID; --json)
     squirrel-mcp doctor     one line per check, each with its fix; exit 1 when any fails
+                            (--accept-log: accept the memory log as it is now, after its check failed)
     squirrel-mcp ui         a page on 127.0.0.1 to see, search, correct and forget memories
     squirrel-mcp --version
 
@@ -42,11 +43,12 @@ import pluggy
 from pydantic import ValidationError
 
 from squirrel_mcp import __version__, browse, server_memory
-from squirrel_mcp.config import Config, ConfigError, check_api_base_url
+from squirrel_mcp.checkpoint import Place
+from squirrel_mcp.config import APP_NAME, Config, ConfigError, check_api_base_url
 from squirrel_mcp.crypto import KdfParams, WrongPassphraseError
 from squirrel_mcp.files import atomic_write
 from squirrel_mcp.lines import log_line
-from squirrel_mcp.memories import MemoryStore, NoAccountError
+from squirrel_mcp.memories import LogDivergedError, MemoryStore, NoAccountError
 from squirrel_mcp.plugins import PluginHost, get_plugin_manager, load_plugins, register_commands
 from squirrel_mcp.storage import NO_REMOTE_ACCOUNT, Storage, StorageError
 from squirrel_mcp.storage.local import LocalVault
@@ -70,7 +72,15 @@ class UserError(Exception):
 
 
 # Errors a user can cause and fix: one line on stderr, no traceback (their messages hold no secret).
-USER_ERRORS = (UserError, ConfigError, StorageError, WrongPassphraseError, NoAccountError, ImportFileError)
+USER_ERRORS = (
+    UserError,
+    ConfigError,
+    StorageError,
+    WrongPassphraseError,
+    NoAccountError,
+    ImportFileError,
+    LogDivergedError,
+)
 
 
 def _passphrase(config: Config, *, confirm: bool) -> str:
@@ -122,6 +132,15 @@ def _where(config: Config) -> str:
     return f"the vault at {config.vault_path}"
 
 
+def checkpoints(config: Config) -> Place:
+    """Where this machine keeps the checkpoints of the configured log (squirrel_mcp.checkpoint)."""
+    if config.api_base_url is not None:
+        location = check_api_base_url(config.api_base_url)
+    else:
+        location = str(config.vault_path.resolve())
+    return Place(config.cache_dir / APP_NAME, location)
+
+
 def open_store(config: Config, *, create: bool) -> MemoryStore:
     """Unlock the configured account (creating a local vault's first when `create` and it is missing).
 
@@ -144,7 +163,7 @@ def open_store(config: Config, *, create: bool) -> MemoryStore:
                 raise NoAccountError(f"{_where(config)} {NO_REMOTE_ACCOUNT}")
             if not create:
                 raise NoAccountError(f"the vault at {config.vault_path} holds no account")
-            store = MemoryStore.create(storage, passphrase)
+            store = MemoryStore.create(storage, passphrase, checkpoints=checkpoints(config))
             # An existing file without an account is one whose creation was cut short,
             # or one emptied since: either way the user should hear of the new account.
             log_line(
@@ -153,7 +172,7 @@ def open_store(config: Config, *, create: bool) -> MemoryStore:
                 else f"the vault at {config.vault_path} held no account; created a new one in it"
             )
             return store
-        return MemoryStore.unlock(storage, passphrase)
+        return MemoryStore.unlock(storage, passphrase, checkpoints(config))
     except BaseException:
         storage.close()
         raise
@@ -430,8 +449,14 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
         "memory server (@modelcontextprotocol/server-memory, its MEMORY_FILE_PATH)",
     )
     browse.add_commands(commands)
-    commands.add_parser(
-        "doctor", help="check the settings, vault or sync server, passphrase, plugins and host command"
+    doctor = commands.add_parser(
+        "doctor", help="check the settings, vault or sync server, passphrase, log, plugins and host command"
+    )
+    doctor.add_argument(
+        "--accept-log",
+        action="store_true",
+        help="accept the memory log as it is now when its check failed (say, after restoring a backup): "
+        "this machine's checkpoint is set to it and writing resumes",
     )
     ui = commands.add_parser("ui", help="a page on 127.0.0.1 to see, search, correct and forget memories")
     ui.add_argument("--port", type=int, default=0, help="the port to serve on (default: a free one)")
@@ -466,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
             # Imported here: doctor imports this module.
             from squirrel_mcp import doctor
 
-            return doctor.run(config)
+            return doctor.run(config, accept_log=args.accept_log)
         return cmd_serve(config, pm)
     except KeyboardInterrupt:
         return 130

@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import platformdirs
 
 APP_NAME = "squirrel-mcp"
+# The cache directory's override; the embeddings plugin keeps its vector file there too.
+CACHE_DIR_VARIABLE = "SQUIRREL_MEMORY_CACHE_DIR"
 
 
 def default_vault_path() -> Path:
     """The vault in the OS data directory (e.g. ~/.local/share/squirrel-mcp/vault.sqlite3)."""
     return platformdirs.user_data_path(APP_NAME, appauthor=False) / "vault.sqlite3"
+
+
+def default_cache_dir() -> Path:
+    """The OS cache directory (e.g. ~/.cache, or $XDG_CACHE_HOME): checkpoints go in its squirrel-mcp/."""
+    return Path(platformdirs.user_cache_dir())
 
 
 class ConfigError(Exception):
@@ -30,17 +37,21 @@ class Config:
     passphrase: str | None
     api_base_url: str | None
     api_key: str | None
+    # Where this machine keeps what it may lose (the log's checkpoints, the plugin's vector file).
+    cache_dir: Path = field(default_factory=default_cache_dir)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Config:
         """Read SQUIRREL_* variables (empty counts as unset)."""
         env = dict(os.environ) if env is None else env
         vault = env.get("SQUIRREL_VAULT") or None
+        cache = env.get(CACHE_DIR_VARIABLE) or None
         return cls(
             vault_path=Path(vault).expanduser() if vault else default_vault_path(),
             passphrase=env.get("SQUIRREL_PASSPHRASE") or None,
             api_base_url=env.get("SQUIRREL_API_BASE_URL") or None,
             api_key=env.get("SQUIRREL_API_KEY") or None,
+            cache_dir=Path(cache).expanduser() if cache else default_cache_dir(),
         )
 
     @property

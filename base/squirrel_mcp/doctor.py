@@ -1,7 +1,8 @@
 """`squirrel-mcp doctor`: is this installation ready to serve, and if not, what to fix.
 
 One line per check, ✓ or ✗, a failed one with its fix: the settings, the vault
-or the sync server, the passphrase, the plugins, each plugin's own checks (the
+or the sync server, the passphrase, the log's integrity (it must extend what this
+machine saw of it; `--accept-log` accepts it as it is), the plugins, each plugin's own checks (the
 `doctor_checks` hook: the embeddings plugin checks its model and vector file),
 and the command an MCP host's config must run. Exit status 0 when every check
 passed, 1 when any failed.
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pluggy
 
+from squirrel_mcp.checkpoint import ACCEPT_COMMAND, records
 from squirrel_mcp.checks import Check
 from squirrel_mcp.cli import USER_ERRORS, _where, open_storage, open_store, server_command
 from squirrel_mcp.config import Config, ConfigError
@@ -80,6 +82,24 @@ def check_passphrase(config: Config) -> tuple[Check, MemoryStore | None]:
     return Check("passphrase", True, f"unlocks the account ({count} memories)"), store
 
 
+def check_log(store: MemoryStore, *, accept: bool) -> Check:
+    """The log extends this machine's checkpoint of it; with `accept`, the log as it is becomes it."""
+    problem = store.log_problem
+    if accept:
+        count = store.accept_log()
+        what = "accepted as it is now" if problem is not None else "extends what this machine saw; accepted"
+        return Check("log integrity", True, f"{what} ({records(count)}); writing is allowed")
+    if problem is not None:
+        return Check(
+            "log integrity",
+            False,
+            f"{problem}; nothing is written to it",
+            f"if you restored a backup or expect this, run `{ACCEPT_COMMAND}`; "
+            "if not, restore the vault or the sync server's data from a backup first",
+        )
+    return Check("log integrity", True, "the log extends what this machine saw of it")
+
+
 def check_plugins(environ: dict[str, str]) -> tuple[list[Check], pluggy.PluginManager]:
     """Every plugin SQUIRREL_MCP_PLUGINS allows loaded: one check, plus one per failure."""
     failures: list[str] = []
@@ -138,8 +158,11 @@ def check_host_command(config: Config) -> Check:
     return Check("host config", True, detail)
 
 
-def run(config: Config, environ: dict[str, str] | None = None) -> int:
-    """Run every check, print one line each on stdout; 0 when all passed, else 1."""
+def run(config: Config, environ: dict[str, str] | None = None, *, accept_log: bool = False) -> int:
+    """Run every check, print one line each on stdout; 0 when all passed, else 1.
+
+    With `accept_log`, the log's check accepts the log as it is now (`--accept-log`).
+    """
     environ = dict(os.environ) if environ is None else environ
     checks = [check_config(config)]
     store = None
@@ -148,6 +171,8 @@ def run(config: Config, environ: dict[str, str] | None = None) -> int:
         if checks[-1].ok:
             passphrase, store = check_passphrase(config)
             checks.append(passphrase)
+            if store is not None:
+                checks.append(check_log(store, accept=accept_log))
     loaded, pm = check_plugins(environ)
     checks += loaded
     checks += plugin_checks(pm, config, store)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from squirrel_mcp import crypto
+from squirrel_mcp.checkpoint import LogWatch, Place
 from squirrel_mcp.index import SearchIndex
 from squirrel_mcp.models import Category, Change, Revision, now_iso
 from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, Storage
@@ -50,6 +51,10 @@ class UnreadableMemoryError(MemoryOperationError):
 
 class ConflictError(MemoryOperationError):
     """Someone else changed the memory since the caller read it."""
+
+
+class LogDivergedError(MemoryOperationError):
+    """The log no longer extends what this machine saw of it: nothing is written until the user accepts it."""
 
 
 @dataclass
@@ -87,8 +92,14 @@ def new_memory_id() -> str:
 class MemoryStore:
     """The decrypted, in-memory view of one account, and the operations on it."""
 
-    def __init__(self, storage: Storage, account_id: str, data_key: bytes) -> None:
-        """Use `unlock` or `create` rather than this."""
+    def __init__(
+        self, storage: Storage, account_id: str, data_key: bytes, checkpoints: Place | None = None
+    ) -> None:
+        """Use `unlock` or `create` rather than this.
+
+        With `checkpoints`, the log is checked against this machine's checkpoint
+        there (squirrel_mcp.checkpoint); without, it is not (unit tests).
+        """
         self._storage = storage
         self.account_id = account_id
         self._key = data_key
@@ -102,10 +113,13 @@ class MemoryStore:
         # Told of the latest revisions of the memories each refresh found changed
         # (plugins, through their memories_changed hook). Called under the lock: be quick.
         self.listeners: list[Callable[[Sequence[Revision]], None]] = []
+        self._watch = None if checkpoints is None else LogWatch.of(checkpoints, account_id, data_key)
         self.refresh()
+        if self._watch is not None:
+            self._watch.opened()
 
     @classmethod
-    def unlock(cls, storage: Storage, passphrase: str) -> MemoryStore:
+    def unlock(cls, storage: Storage, passphrase: str, checkpoints: Place | None = None) -> MemoryStore:
         """Open an existing account; WrongPassphraseError or NoAccountError if it cannot."""
         account = storage.load_account()
         if account is None:
@@ -113,10 +127,16 @@ class MemoryStore:
         data_key = crypto.unwrap_data_key(
             passphrase, account.kdf, account.account_id, account.wrapped_data_key
         )
-        return cls(storage, account.account_id, data_key)
+        return cls(storage, account.account_id, data_key, checkpoints)
 
     @classmethod
-    def create(cls, storage: Storage, passphrase: str, kdf: crypto.KdfParams | None = None) -> MemoryStore:
+    def create(
+        cls,
+        storage: Storage,
+        passphrase: str,
+        kdf: crypto.KdfParams | None = None,
+        checkpoints: Place | None = None,
+    ) -> MemoryStore:
         """Create a new account with a fresh data key wrapped under the passphrase.
 
         `kdf` defaults to fresh strong parameters; unit tests pass cheaper ones.
@@ -126,7 +146,7 @@ class MemoryStore:
         data_key = crypto.new_data_key()
         wrapped = crypto.wrap_data_key(passphrase, kdf, account_id, data_key)
         storage.create_account(Account(account_id, kdf, wrapped))
-        return cls(storage, account_id, data_key)
+        return cls(storage, account_id, data_key, checkpoints)
 
     # Reading -----------------------------------------------------------------
 
@@ -143,6 +163,8 @@ class MemoryStore:
             started = time.monotonic()
             records, self._cursor = self._storage.changes_since(self._cursor)
             self._pulled_at = started
+            if self._watch is not None:
+                self._watch.pulled(records)
             for record in records:
                 history = self._histories.setdefault(record.memory_id, _History())
                 revision = self._open(record)
@@ -260,9 +282,25 @@ class MemoryStore:
                 if history.revisions
             ]
 
+    # Log integrity -----------------------------------------------------------
+
+    @property
+    def log_problem(self) -> str | None:
+        """What is wrong with the log as a whole (it no longer extends this machine's checkpoint), or None."""
+        return None if self._watch is None else self._watch.problem
+
+    def accept_log(self) -> int:
+        """Take the log as it is now for this machine's checkpoint (the user's call); how many records."""
+        with self._lock:
+            self.refresh()
+            return 0 if self._watch is None else self._watch.accept()
+
     # Writing -----------------------------------------------------------------
 
     def _append(self, revisions: list[Revision]) -> None:
+        refusal = None if self._watch is None else self._watch.write_refusal()
+        if refusal is not None:
+            raise LogDivergedError(refusal)
         records = [
             SealedRecord(
                 revision.id,

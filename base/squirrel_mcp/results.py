@@ -75,7 +75,11 @@ class SearchResult(_DropNone):
     results: list[SearchHit]
     total: int = Field(description="How many memories matched (near misses not counted).")
     ranking: Literal["lexical", "hybrid"]
-    note: str | None = None
+    note: str | None = Field(
+        default=None,
+        description="Present when the query cannot be searched as given, or the log as a whole failed "
+        "its check: what was found and what to do.",
+    )
 
 
 class RevisionView(_DropNone):
@@ -104,7 +108,7 @@ class GetResult(_DropNone):
     )
 
 
-class ContextResult(BaseModel):
+class ContextResult(_DropNone):
     """What get_context returns."""
 
     profile: list[Memory] = Field(description="Who the user is.")
@@ -117,6 +121,11 @@ class ContextResult(BaseModel):
     )
     olderRevision: list[str] = Field(
         description="Ids of memories shown at an older revision: their newest failed its integrity check."
+    )
+    note: str | None = Field(
+        default=None,
+        description="Present when the log as a whole failed its check (records removed, an older copy, "
+        "a different history): what was found and what the user can do.",
     )
 
 

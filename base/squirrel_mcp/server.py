@@ -34,6 +34,7 @@ from pydantic import Field, JsonValue, ValidationError
 from pydantic.json_schema import SkipJsonSchema
 
 from squirrel_mcp import __version__, search
+from squirrel_mcp.checkpoint import accept_advice
 from squirrel_mcp.memories import MemoryOperationError, MemoryStore
 from squirrel_mcp.models import (
     HALF_LIFE_DAYS,
@@ -174,6 +175,24 @@ def _absent_means_unset(schema: dict[str, JsonValue]) -> None:
     schema.pop("default", None)
 
 
+def log_note(store: MemoryStore) -> str | None:
+    """The note of get_context and search_memory when the log no longer extends this machine's checkpoint."""
+    problem = store.log_problem
+    if problem is None:
+        return None
+    return (
+        f"Log integrity check failed: {problem}. These answers come from the log as it is now. "
+        "Saving, correcting, deleting and restoring memories are refused until the user accepts "
+        f"this log: tell the user. {accept_advice()}."
+    )
+
+
+def _notes(*notes: str | None) -> str | None:
+    """Notes joined into one, or None when there is none."""
+    given = [note for note in notes if note is not None]
+    return " ".join(given) if given else None
+
+
 def _hit_view(memory: Revision, hit: RankedHit) -> SearchHit:
     return SearchHit(
         **memory.memory().model_dump(),
@@ -237,7 +256,9 @@ def run_search(
         keep=options.accepts if options.filtered else None,
     )
     if outcome.note is not None and not everything:
-        return SearchResult(results=[], total=0, ranking="lexical", note=outcome.note)
+        return SearchResult(
+            results=[], total=0, ranking="lexical", note=_notes(log_note(store), outcome.note)
+        )
     ranked = host.rank(query, outcome.hits, outcome.total, options, store.live)
     found = {candidate.memory.id: candidate.memory for candidate in outcome.hits}
     views = []
@@ -250,7 +271,9 @@ def run_search(
     if note is not None and ranked.ranking == "hybrid":
         # The spec: the note says the query cannot be searched, unless the semantic ranking ran.
         note = MEANING_ONLY_NOTE
-    return SearchResult(results=views, total=ranked.total, ranking=ranked.ranking, note=note)
+    return SearchResult(
+        results=views, total=ranked.total, ranking=ranked.ranking, note=_notes(log_note(store), note)
+    )
 
 
 class SquirrelServer(MCPServer):
@@ -330,6 +353,7 @@ def get_context(
         total=len(memories),
         unreadable=context.store.unreadable_ids(),
         olderRevision=context.store.older_revision_ids(),
+        note=log_note(context.store),
     )
 
 
@@ -391,7 +415,8 @@ def save_memory(
     instead. Give an entity, tags and keywords so it is found again. The answer
     lists memories the new one may duplicate.
     """
-    saved = context.store.save(entity=entity, text=text, category=category, tags=tags, keywords=keywords)
+    with _as_tool_error():
+        saved = context.store.save(entity=entity, text=text, category=category, tags=tags, keywords=keywords)
     duplicates = search.likely_duplicates(context.store.index, saved)
     return SaveResult(
         memory=saved.memory(),

@@ -26,7 +26,13 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from squirrel_mcp.memories import ConflictError, MemoryOperationError, MemoryStore, UnknownMemoryError
+from squirrel_mcp.memories import (
+    ConflictError,
+    LogDivergedError,
+    MemoryOperationError,
+    MemoryStore,
+    UnknownMemoryError,
+)
 from squirrel_mcp.models import HALF_LIFE_DAYS, Revision
 from squirrel_mcp.plugins import PluginHost
 from squirrel_mcp.server import run_search
@@ -199,6 +205,8 @@ class Page:
         self.store.get(memory_id)  # an unknown id is a 404, not a refusal
         try:
             change()
+        except LogDivergedError:
+            raise
         except MemoryOperationError as error:
             # Already deleted, or not deleted: another process (or tab) got there first.
             return self._memory(memory_id, problems=[("reload", f"{error}; reload the page")], status=409)
@@ -257,6 +265,10 @@ def create_app(store: MemoryStore, host: PluginHost, *, where: str) -> Starlette
         # An unreadable memory: the message names its id, never content.
         return page.render("Unreadable", pages.message_page("Unreadable", str(error)), status=409)
 
+    def diverged(request: Request, error: Exception) -> Response:
+        # The log no longer extends what this machine saw: the message says what to run.
+        return page.render("Not written", pages.message_page("Not written", str(error)), status=409)
+
     def not_found(request: Request, error: Exception) -> Response:
         body = pages.message_page("Not found", "No memory has this id (it may have been typed wrong).")
         return page.render("Not found", body, status=404)
@@ -277,6 +289,7 @@ def create_app(store: MemoryStore, host: PluginHost, *, where: str) -> Starlette
     ]
     handlers: dict[type[Exception], Callable[[Request, Exception], Response]] = {
         UnknownMemoryError: not_found,
+        LogDivergedError: diverged,
         MemoryOperationError: refused,
         StorageError: storage_failed,
     }
