@@ -424,6 +424,9 @@ async def test_a_garbage_newest_revision_in_the_vault_falls_back_and_can_be_writ
         db.execute(
             "UPDATE records SET ciphertext = ? WHERE memory_id = ?", (secrets.token_bytes(200), other["id"])
         )
+    # A record replaced in place changes the log this machine saw: it writes nothing on it until
+    # the log is accepted (tests/test_log_integrity.py); the appended garbage alone would not.
+    assert run_cli(vault_env, "doctor", "--accept-log").returncode == 0
     await check_served_at_the_readable_revision(
         vault_env,
         saved["id"],
