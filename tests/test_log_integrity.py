@@ -32,6 +32,8 @@ from squirrel_mcp.memories import LogDivergedError, MemoryStore
 from squirrel_mcp.storage import SealedRecord
 from squirrel_mcp.storage.local import LocalVault
 from tests.conftest import call, call_error, run_cli, secrets_of_this_test, server_params
+from tests.ui_support import create_vault, library, running_ui
+from tests.ui_support import save as ui_save
 
 ACCOUNT = "0123456789abcdef0123456789abcdef"
 KEY = bytes(range(32))
@@ -336,3 +338,34 @@ async def test_a_record_deleted_and_another_written_is_a_different_history(vault
     await assert_diverged_then_accepted(
         vault_env, first, "no longer begins with the 2 records this machine saw in it (it holds 3)", 3
     )
+
+
+CORRECTION = b"text=Corrected+text&entity=user&category=note&reason=A+correction&revision=1"
+
+
+def test_the_page_writes_nothing_on_a_diverged_log(vault_env: dict[str, str], tmp_path: Path) -> None:
+    create_vault(vault_env)
+    with library(vault_env) as store:
+        kept = ui_save(store, "The first memory of the page's integrity check")
+        ui_save(store, "The second memory of the page's integrity check")
+    # The page's first start trusts the log it finds, and records it.
+    with running_ui(vault_env, tmp_path) as ui:
+        assert ui.request("GET", "/", headers={"Cookie": ui.login()})[0] == 200
+    db = sqlite3.connect(vault_env["SQUIRREL_VAULT"])
+    with db:
+        db.execute("DELETE FROM records WHERE seq = 2")
+    db.close()
+    with running_ui(vault_env, tmp_path) as ui:
+        write = {
+            "Cookie": ui.login(),
+            "Content-Type": "application/x-www-form-urlencoded",
+            "Origin": ui.origin,
+        }
+        for action, body in (("delete", b"reason=gone"), ("correct", CORRECTION)):
+            status, _, answer = ui.request("POST", f"/memory/{kept.id}/{action}", headers=write, body=body)
+            assert status == 409 and "Not written" in answer and ACCEPT_COMMAND in answer, (action, status)
+    with library(vault_env) as store:
+        assert [revision.revision for revision in store.history(kept.id)] == [1]
+    (stderr,) = tmp_path.glob("stderr-ui-1.txt")
+    lines = stderr.read_text(encoding="utf-8").strip().splitlines()
+    assert len(lines) == 1 and "fewer than the 2 this machine saw" in lines[0], lines
