@@ -234,6 +234,10 @@ class PluginHost:
         safe = dataclasses.replace(config, passphrase=None, api_key=None)
         reader = MemoryReader(store)
         for name, _ in self._installed():
+            if not one_plugin_caller(self.pm, "startup", name).get_hookimpls():
+                # Nothing to wait for: a plugin without a startup hook ranks from the first search.
+                with self._lock:
+                    self._started.add(name)
             worker = self._workers[name] = _Worker(name)
             worker.submit(
                 functools.partial(
