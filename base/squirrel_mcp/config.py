@@ -18,6 +18,11 @@ def default_vault_path() -> Path:
     return platformdirs.user_data_path(APP_NAME, appauthor=False) / "vault.sqlite3"
 
 
+def default_cache_dir() -> Path:
+    """The OS cache directory of squirrel-mcp (e.g. ~/.cache/squirrel-mcp): hints it can lose."""
+    return platformdirs.user_cache_path(APP_NAME, appauthor=False)
+
+
 class ConfigError(Exception):
     """The environment asks for something this server cannot do."""
 
@@ -30,6 +35,8 @@ class Config:
     passphrase: str | None
     api_base_url: str | None
     api_key: str | None
+    # `squirrel-mcp passphrase` only: the new passphrase, instead of asking for it.
+    new_passphrase: str | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Config:
@@ -41,6 +48,7 @@ class Config:
             passphrase=env.get("SQUIRREL_PASSPHRASE") or None,
             api_base_url=env.get("SQUIRREL_API_BASE_URL") or None,
             api_key=env.get("SQUIRREL_API_KEY") or None,
+            new_passphrase=env.get("SQUIRREL_NEW_PASSPHRASE") or None,
         )
 
     @property
