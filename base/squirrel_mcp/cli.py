@@ -79,11 +79,9 @@ USER_ERRORS = (UserError, ConfigError, StorageError, WrongPassphraseError, NoAcc
 def _passphrase(config: Config, *, confirm: bool, prompt: str = "Passphrase: ") -> str:
     """SQUIRREL_PASSPHRASE, or asked on the terminal without echo.
 
-    `confirm` (a new account's): at least MIN_PASSPHRASE characters, and asked twice.
+    `confirm` (a new account's): asked twice, at least MIN_PASSPHRASE characters.
     """
     if config.passphrase:
-        if confirm:
-            _check_new("SQUIRREL_PASSPHRASE", config.passphrase, "nothing was created")
         return config.passphrase
     if not sys.stdin.isatty():
         raise UserError("SQUIRREL_PASSPHRASE is not set (and there is no terminal to ask on)")
@@ -272,6 +270,9 @@ def cmd_init(config: Config) -> int:
     SQUIRREL_PASSPHRASE, when set, is used instead of asking. On a server the
     API key's slot must be empty (the server's operator issues keys).
     """
+    if config.passphrase:
+        # Before the vault file is made: nothing is created with a passphrase too short.
+        _check_new("SQUIRREL_PASSPHRASE", config.passphrase, "nothing was created")
     storage = open_storage(config, create=True)
     where = _where(config)
     try:

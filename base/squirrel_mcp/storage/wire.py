@@ -234,8 +234,10 @@ class CheckedKeyChange(KeyChange):
         try:
             self.new.kdf.check_cost()
         except PydanticCustomError as error:
-            # Its messages name "kdf.FIELD": say which of the two keys.
-            raise PydanticCustomError(error.type, f"new.{error.message()}") from None
+            # Say which of the two keys: "new.kdf.n must be ...", "new.kdf: KDF parameters ...".
+            message = error.message()
+            where = "new." if message.startswith("kdf.") else "new.kdf: "
+            raise PydanticCustomError(error.type, where + message) from None
         return self
 
 
