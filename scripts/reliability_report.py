@@ -61,6 +61,16 @@ METHODS = {
         "memories. Few runs (each loads the model); the forked crash-vectors check is the one "
         "that lands kills mid-write in numbers."
     ),
+    "crash-passphrase": (
+        "`squirrel-mcp passphrase` SIGKILLed at a random moment of its run (uniform over its "
+        "duration, measured on a run left alone every 20; a third aimed at the last 20 %, where "
+        "the key is swapped), changing back and forth between two passphrases: forked by a worker "
+        "(tests/reliability/passphrase_worker.py, keys at the cheapest scrypt cost) on a local "
+        "vault and against the reference sync server on SQLite, and a few runs of the installed "
+        "command at the default cost. After every run the account's key must open under exactly "
+        "one of the two passphrases, and that one must read every memory with its text. Runs "
+        "count every run, faults the kills that landed while the command ran."
+    ),
     "concurrency": (
         "Two real servers over stdio on one vault, each with its own mcp client, side by side: "
         "500 writes each (a save, or a correction of a memory either saved; half of the "
@@ -95,6 +105,12 @@ FINDINGS = """\
   StorageError but not later ones (the tampering check truncated a vault and `export`
   printed a traceback from `changes_since`). Fixed: every LocalVault method now turns
   SQLite's errors (not programming errors) into StorageError, one line naming the vault.
+- **A killed client's key change can land after it died.** Against the sync server, a
+  `squirrel-mcp passphrase` killed after its request left may still have its new key
+  stored a moment later, after a check that saw the old one. Right (the server either
+  stores it or not, and exactly one passphrase works at every moment), and the next run
+  on that machine says the passphrase was changed; the crash-passphrase notes count
+  such runs.
 - **get_context is slow on a large vault** (not fixed here: server.py). With 10,000
   memories one call takes {get_context} (the soak's latency table): it converts every
   profile, preference and other memory to its public view (`Revision.memory()`, a Pydantic

@@ -33,7 +33,7 @@ from squirrel_mcp_embeddings.integrity import PACKAGED_MODEL_DIR
 PASSPHRASE = "correct horse battery staple"
 # Shorter strings (tags like "food", categories) may well appear in a path or a fixed line.
 MIN_SECRET = 8
-SECRET_VARIABLES = ("SQUIRREL_PASSPHRASE", "SQUIRREL_API_KEY")
+SECRET_VARIABLES = ("SQUIRREL_PASSPHRASE", "SQUIRREL_NEW_PASSPHRASE", "SQUIRREL_API_KEY")
 MEMORY_ID = re.compile(r"[0-9a-f]{16}")
 
 

@@ -3,6 +3,8 @@
     squirrel-mcp            serve over stdio (what an MCP client config runs)
     squirrel-mcp init       create a vault (or, with SQUIRREL_API_BASE_URL, the account
                             on a sync server) and print a client config block
+    squirrel-mcp passphrase change the passphrase (asks the current one, then the new one twice;
+                            or SQUIRREL_PASSPHRASE and SQUIRREL_NEW_PASSPHRASE); memories stay as they are
     squirrel-mcp export     every memory with its history, as JSON (-o FILE; --force replaces FILE)
     squirrel-mcp import F   add an export's memories (safe to repeat); --from server-memory
                             reads the official memory server's JSONL instead
@@ -34,7 +36,8 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -42,15 +45,15 @@ from urllib.parse import urlsplit
 import pluggy
 from pydantic import ValidationError
 
-from squirrel_mcp import __version__, browse, server_memory
+from squirrel_mcp import __version__, browse, rekey, server_memory
 from squirrel_mcp.checkpoint import Place
 from squirrel_mcp.config import APP_NAME, Config, ConfigError, check_api_base_url
-from squirrel_mcp.crypto import KdfParams, WrongPassphraseError
+from squirrel_mcp.crypto import KdfParams, WrongPassphraseError, unwrap_data_key
 from squirrel_mcp.files import atomic_write
 from squirrel_mcp.lines import log_line
 from squirrel_mcp.memories import LogDivergedError, MemoryStore, NoAccountError
 from squirrel_mcp.plugins import PluginHost, get_plugin_manager, load_plugins, register_commands
-from squirrel_mcp.storage import NO_REMOTE_ACCOUNT, Storage, StorageError
+from squirrel_mcp.storage import NO_REMOTE_ACCOUNT, Account, KeyChanged, Storage, StorageError
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp.transfer import ImportFileError, export_json, field_locations, import_export, parse_export
 
@@ -83,28 +86,42 @@ USER_ERRORS = (
 )
 
 
-def _passphrase(config: Config, *, confirm: bool) -> str:
-    """SQUIRREL_PASSPHRASE, or asked on the terminal without echo."""
+def _passphrase(config: Config, *, confirm: bool, prompt: str = "Passphrase: ") -> str:
+    """SQUIRREL_PASSPHRASE, or asked on the terminal without echo.
+
+    `confirm` (a new account's): asked twice, at least MIN_PASSPHRASE characters.
+    """
     if config.passphrase:
         return config.passphrase
     if not sys.stdin.isatty():
         raise UserError("SQUIRREL_PASSPHRASE is not set (and there is no terminal to ask on)")
-    first = getpass.getpass("Passphrase: ")
     if confirm:
-        for _ in range(PASSPHRASE_ATTEMPTS - 1):
-            if len(first) >= MIN_PASSPHRASE:
-                break
-            print(
-                f"The passphrase must have at least {MIN_PASSPHRASE} characters; try again.", file=sys.stderr
-            )
-            first = getpass.getpass("Passphrase: ")
-        if len(first) < MIN_PASSPHRASE:
-            raise UserError(
-                f"the passphrase must have at least {MIN_PASSPHRASE} characters; nothing was created"
-            )
-        if getpass.getpass("Passphrase again: ") != first:
-            raise UserError("the two passphrases differ; nothing was created")
+        return _ask_new(prompt, "nothing was created")
+    return getpass.getpass(prompt)
+
+
+def _ask_new(prompt: str, nothing: str) -> str:
+    """A new passphrase asked on the terminal: again while too short (a few times), then to confirm."""
+    first = getpass.getpass(prompt)
+    for _ in range(PASSPHRASE_ATTEMPTS - 1):
+        if len(first) >= MIN_PASSPHRASE:
+            break
+        print(f"The passphrase must have at least {MIN_PASSPHRASE} characters; try again.", file=sys.stderr)
+        first = getpass.getpass(prompt)
+    if len(first) < MIN_PASSPHRASE:
+        raise UserError(f"the passphrase must have at least {MIN_PASSPHRASE} characters; {nothing}")
+    if getpass.getpass(f"{prompt.removesuffix(': ')} again: ") != first:
+        raise UserError(f"the two passphrases differ; {nothing}")
     return first
+
+
+def _check_new(variable: str, passphrase: str, nothing: str) -> None:
+    """Refuse a new passphrase from `variable` shorter than the prompt accepts (an existing one may be)."""
+    if len(passphrase) < MIN_PASSPHRASE:
+        raise UserError(
+            f"{variable} is too short for a new passphrase: it must have at least {MIN_PASSPHRASE} "
+            f"characters; {nothing} (an existing vault or account opens with any passphrase)"
+        )
 
 
 def open_storage(config: Config, *, create: bool) -> Storage:
@@ -150,6 +167,8 @@ def open_store(config: Config, *, create: bool) -> MemoryStore:
     if not config.passphrase and create:
         raise UserError("SQUIRREL_PASSPHRASE is not set; run `squirrel-mcp init` to create a vault")
     existed = config.remote or config.vault_path.exists()
+    if create and config.passphrase and not existed:
+        _check_new("SQUIRREL_PASSPHRASE", config.passphrase, "no vault was created")
     storage = open_storage(config, create=create)
     try:
         account = storage.load_account()
@@ -163,6 +182,7 @@ def open_store(config: Config, *, create: bool) -> MemoryStore:
                 raise NoAccountError(f"{_where(config)} {NO_REMOTE_ACCOUNT}")
             if not create:
                 raise NoAccountError(f"the vault at {config.vault_path} holds no account")
+            _check_new("SQUIRREL_PASSPHRASE", passphrase, "no account was created")
             store = MemoryStore.create(storage, passphrase, checkpoints=checkpoints(config))
             # An existing file without an account is one whose creation was cut short,
             # or one emptied since: either way the user should hear of the new account.
@@ -172,10 +192,38 @@ def open_store(config: Config, *, create: bool) -> MemoryStore:
                 else f"the vault at {config.vault_path} held no account; created a new one in it"
             )
             return store
-        return MemoryStore.unlock(storage, passphrase, checkpoints(config))
+        with _explaining(config, storage):
+            store = MemoryStore.unlock(storage, passphrase, checkpoints(config))
+        # The account read before the unlock: if the key changed in between, the next
+        # unlock with this passphrase remembers the right one.
+        _remember(config, account)
+        return store
     except BaseException:
         storage.close()
         raise
+
+
+@contextmanager
+def _explaining(config: Config, storage: Storage) -> Iterator[None]:
+    """A wrong passphrase's error, or a PassphraseChangedError when this machine can tell it was changed."""
+    try:
+        yield
+    except WrongPassphraseError:
+        changed = rekey.explain(config.cache_dir / APP_NAME, storage.load_account(), _where(config))
+        if changed is None:
+            raise
+        raise changed from None
+
+
+def _remember(config: Config, account: Account, *, changed_here: bool = False) -> None:
+    """Remember the key this machine unlocked (or set); a cache that cannot be written only costs the hint."""
+    try:
+        rekey.remember(config.cache_dir / APP_NAME, account, changed_here=changed_here)
+    except OSError as error:
+        log_line(
+            f"cannot write to the cache directory {config.cache_dir / APP_NAME} ({error.strerror}): "
+            "a later change of the passphrase will be reported as a wrong passphrase"
+        )
 
 
 def _check_kdf(config: Config, kdf: KdfParams) -> None:
@@ -241,6 +289,9 @@ def cmd_init(config: Config) -> int:
     SQUIRREL_PASSPHRASE, when set, is used instead of asking. On a server the
     API key's slot must be empty (the server's operator issues keys).
     """
+    if config.passphrase:
+        # Before the vault file is made: nothing is created with a passphrase too short.
+        _check_new("SQUIRREL_PASSPHRASE", config.passphrase, "nothing was created")
     storage = open_storage(config, create=True)
     where = _where(config)
     try:
@@ -262,6 +313,62 @@ def cmd_init(config: Config) -> int:
         print("with your passphrase in place of the placeholder:\n")
     print(_client_config(config))
     return 0
+
+
+def cmd_passphrase(config: Config) -> int:
+    """Change the passphrase: the current one, then the new one twice, asked (or from the environment).
+
+    SQUIRREL_PASSPHRASE and SQUIRREL_NEW_PASSPHRASE, when set, are used instead of
+    asking. The data key is wrapped under the new passphrase and swapped in with
+    `Storage.replace_key`; the records are not touched (see squirrel_mcp.rekey).
+    """
+    storage = open_storage(config, create=False)
+    where = _where(config)
+    try:
+        account = storage.load_account()
+        if account is None:
+            raise NoAccountError(
+                f"{where} {NO_REMOTE_ACCOUNT}" if config.remote else f"{where} holds no account"
+            )
+        _check_kdf(config, account.kdf)
+        current = _passphrase(config, confirm=False, prompt="Current passphrase: ")
+        with _explaining(config, storage):
+            data_key = unwrap_data_key(current, account.kdf, account.account_id, account.wrapped_data_key)
+        new = _new_passphrase(config, current)
+        changed = rekey.rekey(account, data_key, new)
+        try:
+            storage.replace_key(account, changed)
+        except KeyChanged:
+            other = "another machine" if config.remote else "another process"
+            raise UserError(
+                f"the passphrase of {where} was changed by {other} while this command ran; nothing was "
+                "changed here: run `squirrel-mcp passphrase` again, with the passphrase now in use"
+            ) from None
+    finally:
+        storage.close()
+    _remember(config, changed, changed_here=True)
+    print(f"Changed the passphrase of {where}; every memory stays as it was.")
+    print("Set SQUIRREL_PASSPHRASE to the new passphrase in your MCP client's config (and wherever else")
+    print("it is set). Servers running now keep working; they need the new one when they start again.")
+    if config.remote:
+        print("Other machines using this account need it too: until they have it, they are told the")
+        print("passphrase was changed.")
+    return 0
+
+
+def _new_passphrase(config: Config, current: str) -> str:
+    """SQUIRREL_NEW_PASSPHRASE, or asked twice on the terminal: at least MIN_PASSPHRASE characters."""
+    nothing = "nothing was changed"
+    if config.new_passphrase:
+        new = config.new_passphrase
+        _check_new("SQUIRREL_NEW_PASSPHRASE", new, nothing)
+    elif sys.stdin.isatty():
+        new = _ask_new("New passphrase: ", nothing)
+    else:
+        raise UserError(f"SQUIRREL_NEW_PASSPHRASE is not set (and there is no terminal to ask on); {nothing}")
+    if new == current:
+        raise UserError(f"the new passphrase is the current one; {nothing}")
+    return new
 
 
 def _check_output(output: Path, *, force: bool) -> None:
@@ -448,6 +555,11 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
         help="the file's format: squirrel-mcp's export (the default), or the JSONL of the official "
         "memory server (@modelcontextprotocol/server-memory, its MEMORY_FILE_PATH)",
     )
+    commands.add_parser(
+        "passphrase",
+        help="change the passphrase: asks the current one, then the new one twice (or reads "
+        "SQUIRREL_PASSPHRASE and SQUIRREL_NEW_PASSPHRASE); memories stay as they are",
+    )
     browse.add_commands(commands)
     doctor = commands.add_parser(
         "doctor", help="check the settings, vault or sync server, passphrase, log, plugins and host command"
@@ -479,6 +591,8 @@ def main(argv: list[str] | None = None) -> int:
             return int(args.run(args))
         if args.command == "init":
             return cmd_init(config)
+        if args.command == "passphrase":
+            return cmd_passphrase(config)
         if args.command == "export":
             return cmd_export(config, args.output, force=args.force)
         if args.command == "import" and args.source_format == "server-memory":

@@ -39,6 +39,8 @@ class Config:
     api_key: str | None
     # Where this machine keeps what it may lose (the log's checkpoints, the plugin's vector file).
     cache_dir: Path = field(default_factory=default_cache_dir)
+    # `squirrel-mcp passphrase` only: the new passphrase, instead of asking for it.
+    new_passphrase: str | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Config:
@@ -52,6 +54,7 @@ class Config:
             api_base_url=env.get("SQUIRREL_API_BASE_URL") or None,
             api_key=env.get("SQUIRREL_API_KEY") or None,
             cache_dir=Path(cache).expanduser() if cache else default_cache_dir(),
+            new_passphrase=env.get("SQUIRREL_NEW_PASSPHRASE") or None,
         )
 
     @property

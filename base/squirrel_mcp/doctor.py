@@ -71,7 +71,10 @@ def check_passphrase(config: Config) -> tuple[Check, MemoryStore | None]:
         store = open_store(config, create=False)
     except WrongPassphraseError as error:
         return Check(
-            "passphrase", False, str(error), "set SQUIRREL_PASSPHRASE to the passphrase of `init`"
+            "passphrase",
+            False,
+            str(error),
+            "set SQUIRREL_PASSPHRASE to the passphrase of `init`, or of the last `squirrel-mcp passphrase`",
         ), None
     except USER_ERRORS as error:
         fix = "set SQUIRREL_PASSPHRASE (the MCP host's config passes it in `env`)"

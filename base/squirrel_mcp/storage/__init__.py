@@ -49,6 +49,13 @@ class StorageError(Exception):
     """The backend cannot be used (missing, unreadable, not a vault)."""
 
 
+class KeyChanged(StorageError):
+    """The account's key (KDF parameters, wrapped data key) is no longer the one the caller read.
+
+    Another process or machine changed the passphrase meanwhile; nothing was changed.
+    """
+
+
 class RevisionConflict(Exception):
     """A record is not its memory's next revision: that revision exists already, or it skips ahead.
 
@@ -80,6 +87,15 @@ class Storage(Protocol):
 
     def create_account(self, account: Account) -> None:
         """Store a new account; raises StorageError if one exists already."""
+        ...
+
+    def replace_key(self, expected: Account, new: Account) -> None:
+        """Store `new`'s KDF parameters and wrapped data key, if the stored ones are still `expected`'s.
+
+        A compare-and-swap, atomic: either the account holds `new`'s key or it
+        still holds what it held. KeyChanged, changing nothing, when the stored
+        key is no longer `expected`'s. The account id never changes.
+        """
         ...
 
     def append(self, records: list[SealedRecord]) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from squirrel_mcp.files import create_private_file
-from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, StorageError, sqlite
+from squirrel_mcp.storage import Account, KeyChanged, RevisionConflict, SealedRecord, StorageError, sqlite
 from squirrel_mcp.storage.wire import NewAccount
 
 SCHEMA_VERSION = 1
@@ -142,10 +142,11 @@ class LocalVault:
         """The stored account, or None."""
         with self._lock, self._guard():
             row = self._db.execute("SELECT value FROM meta WHERE key = 'account'").fetchone()
-        if row is None:
-            return None
+        return None if row is None else self._account(row[0])
+
+    def _account(self, value: str) -> Account:
         try:
-            return NewAccount.model_validate_json(row[0]).account()
+            return NewAccount.model_validate_json(value).account()
         except ValidationError as error:
             raise StorageError(f"the account record in {self.path} is damaged") from error
 
@@ -157,6 +158,31 @@ class LocalVault:
                 self._db.execute("INSERT INTO meta (key, value) VALUES ('account', ?)", (value,))
             except sqlite3.IntegrityError as error:
                 raise StorageError(f"{self.path} already holds an account") from error
+
+    def replace_key(self, expected: Account, new: Account) -> None:
+        """Store `new`'s key if the vault still holds `expected`'s: one transaction; KeyChanged otherwise.
+
+        The read and the write share one write transaction (BEGIN IMMEDIATE), so no
+        other process can change the key in between; a kill at any moment leaves
+        the old account row or the new one, never both or neither.
+        """
+        if new.account_id != expected.account_id:
+            raise ValueError("a key change cannot change the account id")
+        value = NewAccount.of(new).model_dump_json()
+        with self._lock, self._guard():
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._db.execute("SELECT value FROM meta WHERE key = 'account'").fetchone()
+                if row is None or self._account(row[0]) != expected:
+                    raise KeyChanged(
+                        f"the key of the vault at {self.path} was changed by another process since it was "
+                        "read; nothing was changed"
+                    )
+                self._db.execute("UPDATE meta SET value = ? WHERE key = 'account'", (value,))
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
     def append(self, records: list[SealedRecord]) -> None:
         """Store all records in one transaction; RevisionConflict stores none."""

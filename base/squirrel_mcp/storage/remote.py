@@ -5,6 +5,7 @@ the contract, authenticated with the API key as a bearer token:
 
     load_account     GET  /v1/account      (404 no_account: None)
     create_account   POST /v1/account
+    replace_key      PUT  /v1/account/key  (409 key_changed: KeyChanged)
     append           POST /v1/records      (409 revision_conflict: RevisionConflict)
     changes_since    GET  /v1/records?after=CURSOR, page after page
 
@@ -73,6 +74,7 @@ from squirrel_mcp.config import check_api_base_url
 from squirrel_mcp.storage import (
     NO_REMOTE_ACCOUNT,
     Account,
+    KeyChanged,
     RevisionConflict,
     SealedRecord,
     StorageError,
@@ -344,6 +346,24 @@ class RemoteStorage:
                 return
             raise StorageError(f"the sync server at {self.origin} already holds an account for this API key")
         self._expect(response, 201, "create the account")
+
+    def replace_key(self, expected: Account, new: Account) -> None:
+        """Store `new`'s key if the server still holds `expected`'s; KeyChanged (nothing changed) if not."""
+        if new.account_id != expected.account_id:
+            raise ValueError("a key change cannot change the account id")
+        body = wire.json_body(wire.KeyChange.of(expected, new))
+        response, attempts = self._call(
+            "PUT", "/v1/account/key", body, what="the answer to changing the account's key"
+        )
+        if response.status_code == 409 and self._code(response) == "key_changed":
+            # A retried change that did land the first time left exactly our new key.
+            if attempts > 1 and self.load_account() == new:
+                return
+            raise KeyChanged(
+                f"the sync server at {self.origin} holds another key for this account than the one read: "
+                "another machine changed the passphrase meanwhile; nothing was changed"
+            )
+        self._expect(response, 200, "change the account's key")
 
     def append(self, records: list[SealedRecord]) -> None:
         """Store the records, all or none; RevisionConflict if a (memory id, revision) is taken.

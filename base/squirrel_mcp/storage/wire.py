@@ -62,6 +62,7 @@ ErrorCode = Literal[
     "unauthorized",
     "no_account",
     "account_exists",
+    "key_changed",
     "revision_conflict",
     "invalid_request",
     "not_found",
@@ -195,6 +196,51 @@ class Account(_Answer):
         return _account(self.id, self.kdf, self.wrappedDataKey)
 
 
+class AccountKey(_Request):
+    """What the passphrase unlocks: the KDF parameters and salt, and the wrapped data key."""
+
+    kdf: Kdf
+    wrappedDataKey: WrappedDataKey
+
+    @classmethod
+    def of(cls, account: storage.Account) -> AccountKey:
+        """The key of `account`, unchecked."""
+        new = NewAccount.of(account)
+        return cls.model_construct(kdf=new.kdf, wrappedDataKey=new.wrappedDataKey)
+
+    def key(self) -> tuple[KdfParams, bytes]:
+        """The KDF parameters and the wrapped data key this describes."""
+        account = _account("", self.kdf, self.wrappedDataKey)
+        return account.kdf, account.wrapped_data_key
+
+
+class KeyChange(_Request):
+    """A new passphrase's key, to store only if the account still holds the `expected` one."""
+
+    expected: AccountKey
+    new: AccountKey
+
+    @classmethod
+    def of(cls, expected: storage.Account, new: storage.Account) -> KeyChange:
+        """The wire form of replacing `expected`'s key with `new`'s, unchecked."""
+        return cls.model_construct(expected=AccountKey.of(expected), new=AccountKey.of(new))
+
+
+class CheckedKeyChange(KeyChange):
+    """A `KeyChange` whose new KDF cost is within the bounds every client accepts (the server's check)."""
+
+    @model_validator(mode="after")
+    def _cost(self) -> CheckedKeyChange:
+        try:
+            self.new.kdf.check_cost()
+        except PydanticCustomError as error:
+            # Say which of the two keys: "new.kdf.n must be ...", "new.kdf: KDF parameters ...".
+            message = error.message()
+            where = "new." if message.startswith("kdf.") else "new.kdf: "
+            raise PydanticCustomError(error.type, where + message) from None
+        return self
+
+
 def _account(account_id: str, kdf: Kdf, wrapped_data_key: str) -> storage.Account:
     # The patterns of the salt and the wrapped key guarantee that both decode.
     params = KdfParams(salt=_b64decode(kdf.salt), n=kdf.n, r=kdf.r, p=kdf.p)
@@ -299,6 +345,8 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "Kdf": Kdf,
     "NewAccount": NewAccount,
     "Account": Account,
+    "AccountKey": AccountKey,
+    "KeyChange": KeyChange,
     "NewRecord": NewRecord,
     "Record": Record,
     "AppendRequest": AppendRequest,

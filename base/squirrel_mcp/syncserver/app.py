@@ -31,7 +31,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from squirrel_mcp.storage import RevisionConflict, wire
+from squirrel_mcp.storage import KeyChanged, RevisionConflict, wire
 from squirrel_mcp.storage.wire import ErrorCode
 from squirrel_mcp.syncserver import keys, validation
 from squirrel_mcp.syncserver.database import (
@@ -195,6 +195,15 @@ class _Service:
             return _answer(_account(created), 201)
         return _answer(_account(await run_in_threadpool(self.database.get_account, slot)))
 
+    async def account_key(self, request: Request) -> Response:
+        """PUT /v1/account/key: a new passphrase's key, stored only over the expected one."""
+        slot = await self.authenticate(request)
+        change = await self.json_body(request, wire.CheckedKeyChange)
+        stored = await run_in_threadpool(
+            self.database.replace_key, slot, change.expected.key(), change.new.key()
+        )
+        return _answer(_account(stored))
+
     async def records(self, request: Request) -> Response:
         """GET and POST /v1/records."""
         slot = await self.authenticate(request)
@@ -254,6 +263,7 @@ def create_app(database: Database, limits: Limits | None = None) -> Starlette:
             Route("/v1/health", service.health, methods=["GET"]),
             Route("/v1/openapi.yaml", service.openapi, methods=["GET"]),
             Route("/v1/account", service.account, methods=["GET", "POST"]),
+            Route("/v1/account/key", service.account_key, methods=["PUT"]),
             Route("/v1/records", service.records, methods=["GET", "POST"]),
         ],
         exception_handlers={
@@ -263,6 +273,7 @@ def create_app(database: Database, limits: Limits | None = None) -> Starlette:
             validation.InvalidRequest: _invalid,
             NoAccount: _no_account,
             AccountExists: _account_exists,
+            KeyChanged: _key_changed,
             RevisionConflict: _conflict,
             DatabaseUnavailable: _unavailable,
             HTTPException: _http_error,
@@ -317,6 +328,10 @@ async def _no_account(request: Request, exc: Exception) -> Response:
 
 async def _account_exists(request: Request, exc: Exception) -> Response:
     return error(409, "account_exists", "this key already has an account")
+
+
+async def _key_changed(request: Request, exc: Exception) -> Response:
+    return error(409, "key_changed", "the account's key is no longer the expected one; nothing was changed")
 
 
 async def _conflict(request: Request, exc: Exception) -> Response:

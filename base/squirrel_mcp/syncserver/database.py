@@ -42,7 +42,7 @@ from urllib.parse import unquote, urlsplit
 from squirrel_mcp.crypto import KdfParams
 from squirrel_mcp.files import create_private_file
 from squirrel_mcp.models import now_iso
-from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, sqlite
+from squirrel_mcp.storage import Account, KeyChanged, RevisionConflict, SealedRecord, sqlite
 
 if TYPE_CHECKING:
     import psycopg
@@ -441,6 +441,33 @@ class Database:
         if updated != 1:
             raise AccountExists
         return StoredAccount(account, created_at)
+
+    def replace_key(
+        self, slot: int, expected: tuple[KdfParams, bytes], new: tuple[KdfParams, bytes]
+    ) -> StoredAccount:
+        """Store `new` (KDF parameters, wrapped data key) as the slot's key if it still holds `expected`.
+
+        One conditional UPDATE, a compare-and-swap on both databases (PostgreSQL
+        re-checks its condition on a row another transaction changed meanwhile).
+        NoAccount if the slot has no account; KeyChanged, nothing changed, if its
+        key is not `expected`.
+        """
+        (old, old_wrapped), (kdf, wrapped) = expected, new
+        with self._transaction(write=True) as cursor:
+            updated = cursor.execute(
+                "UPDATE slots SET kdf_salt = ?, kdf_n = ?, kdf_r = ?, kdf_p = ?, wrapped_data_key = ? "
+                "WHERE slot_id = ? AND account_id IS NOT NULL AND kdf_salt = ? AND kdf_n = ? "
+                "AND kdf_r = ? AND kdf_p = ? AND wrapped_data_key = ?",
+                (kdf.salt, kdf.n, kdf.r, kdf.p, wrapped, slot, old.salt, old.n, old.r, old.p, old_wrapped),
+            ).rowcount
+            row = cursor.execute(
+                "SELECT account_id, account_created_at FROM slots WHERE slot_id = ?", (slot,)
+            ).fetchone()
+            if row is None or row[0] is None:
+                raise NoAccount
+            if updated != 1:
+                raise KeyChanged("the account's key is no longer the expected one")
+        return StoredAccount(Account(row[0], kdf, wrapped), row[1])
 
     def append(self, slot: int, records: list[SealedRecord]) -> list[StoredRecord]:
         """Store every record or none; RevisionConflict names the first that is not its memory's next one.
