@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-import itertools
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,13 +32,13 @@ from pydantic import Field, JsonValue, ValidationError
 from pydantic.json_schema import SkipJsonSchema
 
 from squirrel_mcp import __version__, search
+from squirrel_mcp.catalog import Filters
 from squirrel_mcp.memories import MemoryOperationError, MemoryStore
 from squirrel_mcp.models import (
     HALF_LIFE_DAYS,
     Category,
     Entity,
     Keywords,
-    Memory,
     MemoryId,
     MemoryText,
     Reason,
@@ -188,13 +186,6 @@ def _revision_view(revision: Revision) -> RevisionView:
     return RevisionView.model_validate(revision.model_dump(include=set(RevisionView.model_fields)))
 
 
-def _has_tags(memory: Revision, tags: list[str] | None) -> bool:
-    if not tags:
-        return True
-    held = {tag.casefold() for tag in memory.tags}
-    return all(tag.casefold() in held for tag in tags)
-
-
 def describe_invalid(tool: str, error: ValidationError) -> str:
     """A validation error without the rejected values: they may be memory text."""
     problems = [
@@ -315,21 +306,24 @@ def get_context(
     Returns profile and preference memories, the most recent other memories and
     counts by category. Then search_memory before answering a question about the user.
     """
-    memories = context.store.current()
-
-    def first(count: int, wanted: Callable[[Revision], bool]) -> list[Memory]:
-        # Chosen before they are turned into views: a large vault must not pay for every one.
-        return [memory.memory() for memory in itertools.islice(filter(wanted, memories), count)]
-
-    counts = Counter[str](m.category for m in memories)
+    others = frozenset(HALF_LIFE_DAYS) - {"profile", "preference"}
+    with context.store.reading() as catalog:
+        # Each list costs about its length, not a sort of every memory: the catalog keeps the order.
+        profile = catalog.page(Filters(categories=frozenset({"profile"})), 0, 50).memories
+        preferences = catalog.page(Filters(categories=frozenset({"preference"})), 0, 50).memories
+        latest = catalog.page(Filters(categories=others), 0, recent).memories
+        counts = catalog.live_counts()
+        counted = {category: counts.get(category, 0) for category in HALF_LIFE_DAYS}
+        total = catalog.live_count
+        unreadable, older = context.store.unreadable_ids(), context.store.older_revision_ids()
     return ContextResult(
-        profile=first(50, lambda m: m.category == "profile"),
-        preferences=first(50, lambda m: m.category == "preference"),
-        recent=first(recent, lambda m: m.category not in ("profile", "preference")),
-        counts={category: counts[category] for category in HALF_LIFE_DAYS},
-        total=len(memories),
-        unreadable=context.store.unreadable_ids(),
-        olderRevision=context.store.older_revision_ids(),
+        profile=[memory.memory() for memory in profile],
+        preferences=[memory.memory() for memory in preferences],
+        recent=[memory.memory() for memory in latest],
+        counts=counted,
+        total=total,
+        unreadable=unreadable,
+        olderRevision=older,
     )
 
 
@@ -535,17 +529,17 @@ def list_memories(
     limit: Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT, description="Page size.")] = 20,
 ) -> ListResult:
     """List memories, most recently changed first, with filters and paging."""
-    matching = [
-        m
-        for m in context.store.current(include_deleted=includeDeleted)
-        if (category is None or m.category == category)
-        and _has_tags(m, tags)
-        and (entity is None or m.entity.casefold() == entity.casefold())
-    ]
-    page = matching[offset : offset + limit]
+    filters = Filters(
+        categories=None if category is None else frozenset({category}),
+        entity=entity,
+        tags=tuple(tags or ()),
+        include_deleted=includeDeleted,
+    )
+    with context.store.reading() as catalog:
+        page = catalog.page(filters, offset, limit)
     return ListResult(
-        memories=[ListedMemory(**m.memory().model_dump(), deleted=m.deleted) for m in page],
-        total=len(matching),
+        memories=[ListedMemory(**m.memory().model_dump(), deleted=m.deleted) for m in page.memories],
+        total=page.total,
         offset=offset,
         limit=limit,
     )
