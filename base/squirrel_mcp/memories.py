@@ -30,6 +30,8 @@ from squirrel_mcp.storage.wire import MAX_RECORDS_PER_APPEND
 
 # The most records one append of an import holds: what the sync contract takes in one request.
 IMPORT_BATCH = MAX_RECORDS_PER_APPEND
+# A refresh tells its `progress` how far it has got every this many records.
+PROGRESS_STEP = 1000
 
 
 class MemoryOperationError(Exception):
@@ -93,7 +95,13 @@ def new_memory_id() -> str:
 class MemoryStore:
     """The decrypted, in-memory view of one account, and the operations on it."""
 
-    def __init__(self, storage: Storage, account_id: str, data_key: bytes) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        account_id: str,
+        data_key: bytes,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
         """Use `unlock` or `create` rather than this."""
         self._storage = storage
         self.account_id = account_id
@@ -113,18 +121,25 @@ class MemoryStore:
         # Told of the latest revisions of the memories each refresh found changed
         # (plugins, through their memories_changed hook). Called under the lock: be quick.
         self.listeners: list[Callable[[Sequence[Revision]], None]] = []
+        # Told (records decrypted, records pulled) as a refresh goes: the commands' progress bar.
+        self.progress = progress
         self.refresh()
 
     @classmethod
-    def unlock(cls, storage: Storage, passphrase: str) -> MemoryStore:
-        """Open an existing account; WrongPassphraseError or NoAccountError if it cannot."""
+    def unlock(
+        cls, storage: Storage, passphrase: str, progress: Callable[[int, int], None] | None = None
+    ) -> MemoryStore:
+        """Open an existing account; WrongPassphraseError or NoAccountError if it cannot.
+
+        `progress` becomes the store's `progress`: told how far each refresh has got.
+        """
         account = storage.load_account()
         if account is None:
             raise NoAccountError("this vault has no account yet")
         data_key = crypto.unwrap_data_key(
             passphrase, account.kdf, account.account_id, account.wrapped_data_key
         )
-        return cls(storage, account.account_id, data_key)
+        return cls(storage, account.account_id, data_key, progress)
 
     @classmethod
     def create(cls, storage: Storage, passphrase: str, kdf: crypto.KdfParams | None = None) -> MemoryStore:
@@ -154,7 +169,9 @@ class MemoryStore:
             started = time.monotonic()
             records, self._cursor = self._storage.changes_since(self._cursor)
             self._pulled_at = started
-            for record in records:
+            for done, record in enumerate(records, 1):
+                if self.progress is not None and done % PROGRESS_STEP == 0:
+                    self.progress(done, len(records))
                 history = self._histories.setdefault(record.memory_id, _History())
                 revision = self._open(record)
                 if revision is None:
@@ -174,6 +191,8 @@ class MemoryStore:
                 if latest is not None:
                     changed.append(latest)
             self._catalog.update(newest)
+            if self.progress is not None and records:
+                self.progress(len(records), len(records))
             if changed:
                 for listener in self.listeners:
                     listener(changed)

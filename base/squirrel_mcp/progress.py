@@ -49,7 +49,8 @@ class ProgressBar:
             return
         filled = WIDTH * min(done, total) // total
         bar = "#" * filled + "-" * (WIDTH - filled)
-        self._stream.write(f"\r{PROGRAM}: {self._doing} [{bar}] {done:,}/{total:,} {self._unit}")
+        # Erased to the end of the line: another bar may have drawn a longer one before.
+        self._stream.write(f"\r{PROGRAM}: {self._doing} [{bar}] {done:,}/{total:,} {self._unit}\x1b[K")
         self._stream.flush()
         self._drawn_at = now
 
