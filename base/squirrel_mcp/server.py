@@ -39,6 +39,7 @@ from squirrel_mcp.models import (
     Category,
     Entity,
     Keywords,
+    Memory,
     MemoryId,
     MemoryText,
     Reason,
@@ -186,6 +187,19 @@ def _revision_view(revision: Revision) -> RevisionView:
     return RevisionView.model_validate(revision.model_dump(include=set(RevisionView.model_fields)))
 
 
+def _view(revision: Revision) -> Memory:
+    """The public view of a revision, not checked again: its fields passed the same rules when read or made.
+
+    Checking costs more than the rest of a listing (every character of the text is looked at).
+    """
+    return Memory.model_construct(**revision.model_dump(include=set(Memory.model_fields)))
+
+
+def _listed(revision: Revision) -> ListedMemory:
+    """A revision as list_memories shows it (not checked again, as `_view`)."""
+    return ListedMemory.model_construct(**revision.model_dump(include=set(ListedMemory.model_fields)))
+
+
 def describe_invalid(tool: str, error: ValidationError) -> str:
     """A validation error without the rejected values: they may be memory text."""
     problems = [
@@ -317,9 +331,9 @@ def get_context(
         total = catalog.live_count
         unreadable, older = context.store.unreadable_ids(), context.store.older_revision_ids()
     return ContextResult(
-        profile=[memory.memory() for memory in profile],
-        preferences=[memory.memory() for memory in preferences],
-        recent=[memory.memory() for memory in latest],
+        profile=[_view(memory) for memory in profile],
+        preferences=[_view(memory) for memory in preferences],
+        recent=[_view(memory) for memory in latest],
         counts=counted,
         total=total,
         unreadable=unreadable,
@@ -538,7 +552,7 @@ def list_memories(
     with context.store.reading() as catalog:
         page = catalog.page(filters, offset, limit)
     return ListResult(
-        memories=[ListedMemory(**m.memory().model_dump(), deleted=m.deleted) for m in page.memories],
+        memories=[_listed(memory) for memory in page.memories],
         total=page.total,
         offset=offset,
         limit=limit,
