@@ -168,9 +168,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for _ in range(args.runs):
             spent, got = timed(lambda: contextual(context))
             now_ms.append(spent)
-            spent, old = timed(lambda: before_context(store, 10))
+            spent, sorted_answer = timed(lambda: before_context(store, 10))
             before_ms.append(spent)
-            if got != old:
+            if got != sorted_answer:
                 raise SystemExit("get_context: the catalog's answer differs from the sort's")
         rows.append(("get_context (recent 10)", now_ms, before_ms))
     report = render(rows, args)

@@ -388,7 +388,7 @@ async def run(args: argparse.Namespace) -> None:
         minimal = workdir / "minimal_server.py"
         minimal.write_text(MINIMAL_SERVER, encoding="utf-8")
         vaults, word = make_vaults(workdir, args.sizes)
-        search = ("search_memory", {"query": word})
+        search: tuple[str, dict[str, object]] = ("search_memory", {"query": word})
         baseline = Variant(
             "minimal MCPServer",
             StdioServerParameters(command=sys.executable, args=[str(minimal)]),
