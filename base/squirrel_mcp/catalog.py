@@ -10,7 +10,8 @@ decrypted, so a call costs about its page:
   the live ones (not deleted), updated by bisection when a few memories change
   and merged in one sort when many do (the first pull of a vault);
 - the indexes: for each category, each entity and each tag (ignoring case), the
-  ids of the memories that have it; and live counts per category.
+  ids of the memories that have it (those by entity and tag are built at the first
+  listing that filters by them); and live counts per category.
 
 A filtered page either walks the order from the newest, skipping memories that
 fail the filters, or picks the newest of the smallest index's matches, whichever
@@ -27,7 +28,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import Counter
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from squirrel_mcp.models import Revision
@@ -88,8 +89,9 @@ class Catalog:
         self._all: list[_Key] = []
         self._live: list[_Key] = []
         self._by_category: dict[str, set[str]] = {}
-        self._by_entity: dict[str, set[str]] = {}
-        self._by_tag: dict[str, set[str]] = {}
+        # Built at the first listing by entity or tag (most never ask): a vault's start does not pay for them.
+        self._by_entity: dict[str, set[str]] | None = None
+        self._by_tag: dict[str, set[str]] | None = None
         self._live_by_category = Counter[str]()
 
     def __len__(self) -> int:
@@ -127,37 +129,58 @@ class Catalog:
             self._live.sort()
 
     def _index(self, revision: Revision, *, ordered: bool) -> None:
-        key = _key(revision)
+        memory_id = revision.id
         for index, value in self._index_values(revision):
-            index.setdefault(value, set()).add(revision.id)
+            ids = index.get(value)
+            if ids is None:
+                index[value] = {memory_id}
+            else:
+                ids.add(memory_id)
         if not revision.deleted:
             self._live_by_category[revision.category] += 1
         if ordered:
+            key = _key(revision)
             bisect.insort(self._all, key)
             if not revision.deleted:
                 bisect.insort(self._live, key)
 
     def _unindex(self, revision: Revision, *, ordered: bool) -> None:
-        key = _key(revision)
         for index, value in self._index_values(revision):
-            ids = index[value]
-            ids.discard(revision.id)
-            if not ids:
-                del index[value]
+            ids = index.get(value)
+            if ids is not None:
+                ids.discard(revision.id)
+                if not ids:
+                    del index[value]
         if not revision.deleted:
             self._live_by_category[revision.category] -= 1
             if not self._live_by_category[revision.category]:
                 del self._live_by_category[revision.category]
         if ordered:
+            key = _key(revision)
             _remove(self._all, key)
             if not revision.deleted:
                 _remove(self._live, key)
 
-    def _index_values(self, revision: Revision) -> Iterator[tuple[dict[str, set[str]], str]]:
-        yield self._by_category, revision.category
-        yield self._by_entity, revision.entity.casefold()
-        for tag in {tag.casefold() for tag in revision.tags}:
-            yield self._by_tag, tag
+    def _index_values(self, revision: Revision) -> list[tuple[dict[str, set[str]], str]]:
+        """Each index the revision belongs in, with its value there (a tag held twice counts once)."""
+        values: list[tuple[dict[str, set[str]], str]] = [(self._by_category, revision.category)]
+        if self._by_entity is not None:
+            values.append((self._by_entity, revision.entity.casefold()))
+        if self._by_tag is not None:
+            values.extend((self._by_tag, tag) for tag in {tag.casefold() for tag in revision.tags})
+        return values
+
+    def _lookups(self) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+        """The entity and tag indexes, built from the current revisions on first use."""
+        if self._by_entity is None or self._by_tag is None:
+            by_entity: dict[str, set[str]] = {}
+            by_tag: dict[str, set[str]] = {}
+            for memory_id, revision in self._current.items():
+                by_entity.setdefault(revision.entity.casefold(), set()).add(memory_id)
+                for tag in {tag.casefold() for tag in revision.tags}:
+                    by_tag.setdefault(tag, set()).add(memory_id)
+            self._by_entity, self._by_tag = by_entity, by_tag
+        return self._by_entity, self._by_tag
 
     def newest_first(self, *, include_deleted: bool = False) -> list[Revision]:
         """Every current revision (deleted ones only with `include_deleted`), newest change first."""
@@ -203,9 +226,11 @@ class Catalog:
         sources: list[list[set[str]]] = []
         if filters.categories is not None:
             sources.append([self._by_category.get(category, empty) for category in filters.categories])
-        if filters.entity is not None:
-            sources.append([self._by_entity.get(filters.entity.casefold(), empty)])
-        sources.extend([self._by_tag.get(tag.casefold(), empty)] for tag in filters.tags)
+        if filters.entity is not None or filters.tags:
+            by_entity, by_tag = self._lookups()
+            if filters.entity is not None:
+                sources.append([by_entity.get(filters.entity.casefold(), empty)])
+            sources.extend([by_tag.get(tag.casefold(), empty)] for tag in filters.tags)
         return min(sources, key=lambda sets: sum(len(ids) for ids in sets))
 
     def _walk(self, order: list[_Key], filters: Filters, offset: int, limit: int) -> list[Revision]:
