@@ -253,6 +253,7 @@ def bench(session: nox.Session) -> None:
     fetch_model_files(session)
     install_project(session, "requirements/dev.txt")
     session.run("python", "scripts/bench_startup.py", *session.posargs)
+    session.run("python", "scripts/bench_listing.py")
     session.run("python", "scripts/bench_search.py")
     session.run("python", "scripts/bench_search.py", "--crafted")
     session.run("python", "scripts/bench_hybrid.py")

@@ -1,25 +1,31 @@
-"""Start-up time of squirrel-mcp against a minimal MCPServer, measured side by side.
+"""Start-up time and memory of squirrel-mcp at 0, 10,000 and 100,000 memories, beside a minimal MCPServer.
 
-What is measured: the wall-clock time from just before the server process is spawned
-to the moment the client's first `list_tools()` returns. That covers the interpreter
-start, the imports, whatever the server does before serving (for squirrel-mcp:
-unlocking the vault, i.e. scrypt with N=2**17, and decrypting every record), the MCP
-handshake the `mcp.Client` performs, and one `tools/list` round trip. Shutting the
-server down afterwards is not timed.
+What is measured, for every start, from just before the server process is spawned:
 
-Three servers are started, each as `sys.executable` over stdio through `mcp.Client`:
+- to the moment the client's first `list_tools()` returns: the interpreter start, the
+  imports, the MCP handshake the `mcp.Client` performs and one `tools/list` round trip
+  (squirrel-mcp answers it before its vault is unlocked);
+- to the moment the first tool call is answered: for squirrel-mcp a `search_memory`,
+  which waits for the unlock (scrypt with N=2**17), the decryption of every record and
+  the search index; for the minimal server its one tool;
+- the server process's peak resident set size (VmHWM in /proc, Linux) once that answer
+  has come back.
 
-- squirrel-mcp on an existing, empty vault (`python -m squirrel_mcp`);
-- squirrel-mcp on a vault holding `--memories` memories (saved through the real
-  server over stdio before any timing);
-- a minimal `MCPServer` with one tool, written to a temporary file at run time.
+Servers, each `sys.executable` over stdio through `mcp.Client`: squirrel-mcp on a vault of
+each size given (`--memories 0,10000,100000`), with word search only (SQUIRREL_MCP_PLUGINS
+empty: an installed embeddings plugin would spend minutes embedding a large vault in the
+background); squirrel-mcp on the empty vault with the installed plugins loaded; and a
+minimal `MCPServer` with one tool, written to a temporary file at run time: every figure's
+anchor, from the same run.
 
-How: the vaults are created and filled first (untimed), then each server is started
-`--warmup` times untimed, then `--runs` rounds follow. Every round starts each server
-once, interleaved, with the order rotated by one each round, so that the load of a
-shared, noisy machine falls on all of them alike. The report gives the median, min and
-p90 per server and the ratio of each median to the minimal server's median, and is
-written to docs/benchmarks/startup.md (run it with `nox -s bench`).
+How: the vaults are made first (untimed): `squirrel-mcp init` for the empty one, else
+`squirrel-mcp import` of an export file of seeded synthetic memories (the corpus of
+scripts/bench_search.py: texts of 8 to 60 words, saved over two years). Each server is
+started `--warmup` times untimed, then `--runs` rounds follow; every round starts each
+server once, interleaved, the order rotated by one each round, so that the load of a
+shared, noisy machine falls on all of them alike. The report gives medians (and min and
+p90 for start-up) and the ratio of each to the minimal server's, and is written to
+docs/benchmarks/startup.md (`nox -s bench`).
 """
 
 from __future__ import annotations
@@ -27,10 +33,10 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib.metadata
+import json
 import math
 import os
 import platform
-import random
 import statistics
 import subprocess
 import sys
@@ -42,6 +48,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
+from bench_search import Corpus
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -66,34 +73,25 @@ def echo(text: str) -> str:
 server.run("stdio")
 '''
 
-# Words for the seeded memories: varied enough that the duplicate check on save and
-# the search index see realistic text rather than one sentence repeated.
-VOCABULARY = (
-    "prefers tea coffee morning evening meeting project deadline sister brother garden bicycle "
-    "train Berlin Lisbon allergy peanuts vegetarian running marathon piano guitar novel library "
-    "dentist appointment birthday October March laptop keyboard server backup password manager "
-    "holiday mountains beach cat dog recipe lentils curry invoice tax office colleague Anna Tom "
-    "Python Rust database migration review release weekly standup budget flight hotel"
-)
-WORDS = VOCABULARY.split()
-CATEGORIES = ("profile", "preference", "fact", "project", "note", "event", "task")
-
 
 @dataclass
 class Variant:
-    """One server to start: how, and the start-up times measured for it (seconds)."""
+    """One server to start: how, and what was measured for it (seconds, bytes)."""
 
     name: str
     params: StdioServerParameters
+    first_call: tuple[str, dict[str, object]]
     expected_tools: int | None = None
-    times: list[float] = field(default_factory=list)
+    listed: list[float] = field(default_factory=list)
+    answered: list[float] = field(default_factory=list)
+    peak_rss: list[int] = field(default_factory=list)
     tools: int = 0
     protocol: str = ""
 
 
 @dataclass(frozen=True)
 class Summary:
-    """The figures reported for one variant, in milliseconds."""
+    """The figures reported for one series, in milliseconds."""
 
     median: float
     minimum: float
@@ -101,30 +99,38 @@ class Summary:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """The command line: runs, warm-up starts, memories in the full vault, output file."""
+    """The command line: vault sizes, runs, warm-up starts, output file."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=20, help="timed starts per server (default: 20)")
+    parser.add_argument("--runs", type=int, default=10, help="timed starts per server (default: 10)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed starts per server first (default: 1)")
     parser.add_argument(
-        "--memories", type=int, default=500, help="memories in the second squirrel-mcp vault (default: 500)"
+        "--memories",
+        default="0,10000,100000",
+        help="comma-separated vault sizes, one squirrel-mcp server each (default: %(default)s)",
     )
     parser.add_argument(
         "--output", type=Path, default=DEFAULT_OUTPUT, help="markdown file to write (default: %(default)s)"
     )
     args = parser.parse_args(argv)
-    if args.runs < 1 or args.warmup < 0 or args.memories < 1:
-        parser.error("--runs and --memories must be at least 1, --warmup at least 0")
+    try:
+        args.sizes = sorted({int(size) for size in args.memories.split(",")})
+    except ValueError:
+        parser.error("--memories takes sizes separated by commas, such as 0,10000,100000")
+    if args.runs < 1 or args.warmup < 0 or any(size < 0 for size in args.sizes):
+        parser.error("--runs must be at least 1, --warmup and every size at least 0")
     return args
 
 
-def squirrel_params(vault: Path) -> StdioServerParameters:
+def squirrel_params(vault: Path, *, plugins: bool = False) -> StdioServerParameters:
     """Start the installed squirrel-mcp on `vault`, the way an MCP client config does."""
     env = {"SQUIRREL_VAULT": str(vault), "SQUIRREL_PASSPHRASE": PASSPHRASE}
+    if not plugins:
+        env["SQUIRREL_MCP_PLUGINS"] = ""
     return StdioServerParameters(command=sys.executable, args=["-m", "squirrel_mcp"], env=env)
 
 
-def create_vault(vault: Path) -> None:
-    """Create an empty vault non-interactively with `squirrel-mcp init` (untimed setup)."""
+def cli(vault: Path, *args: str) -> None:
+    """Run `squirrel-mcp ARGS` on `vault` non-interactively (untimed setup)."""
     env = {
         "PATH": os.environ.get("PATH", ""),
         "SQUIRREL_VAULT": str(vault),
@@ -132,50 +138,82 @@ def create_vault(vault: Path) -> None:
     }
     if "HOME" in os.environ:
         env["HOME"] = os.environ["HOME"]
-    subprocess.run(
-        [sys.executable, "-m", "squirrel_mcp", "init"],
-        env=env,
-        capture_output=True,
-        check=True,
-        timeout=120,
-    )
+    subprocess.run([sys.executable, "-m", "squirrel_mcp", *args], env=env, capture_output=True, check=True)
 
 
-def memory_arguments(rng: random.Random, index: int) -> dict[str, object]:
-    """The save_memory arguments of the index-th seeded memory (deterministic for a given rng)."""
-    text = " ".join(rng.choices(WORDS, k=rng.randint(8, 24)))
-    return {
-        "text": f"Memory {index}: {text}.",
-        "entity": rng.choice(("user", "Anna (sister)", "Tom (colleague)", "home network", "project Falcon")),
-        "category": CATEGORIES[index % len(CATEGORIES)],
-        "tags": rng.sample(WORDS, k=2),
-        "keywords": rng.sample(WORDS, k=3),
-    }
+def make_vaults(workdir: Path, sizes: list[int]) -> tuple[dict[int, Path], str]:
+    """A vault per size (`init`, or `import` of a generated export), and a query that hits them."""
+    corpus = Corpus(seed=11)
+    started = time.perf_counter()
+    memories = [corpus.memory(number).model_dump(mode="json") for number in range(max(sizes))]
+    print(f"setup: generated {len(memories):,} memories in {time.perf_counter() - started:.0f} s", flush=True)
+    vaults = {}
+    for size in sizes:
+        vault = vaults[size] = workdir / f"vault-{size}.sqlite3"
+        started = time.perf_counter()
+        if size == 0:
+            cli(vault, "init")
+        else:
+            export = workdir / f"export-{size}.json"
+            export.write_text(
+                json.dumps(
+                    {
+                        "format": "squirrel-mcp-export",
+                        "version": 1,
+                        "exportedAt": "2026-11-30T00:00:00.000Z",
+                        "exportedBy": "scripts/bench_startup.py",
+                        "memories": [{"id": m["id"], "revisions": [m]} for m in memories[:size]],
+                    }
+                ),
+                encoding="utf-8",
+            )
+            cli(vault, "import", str(export))
+            export.unlink()
+        print(f"setup: vault of {size:,} memories in {time.perf_counter() - started:.0f} s", flush=True)
+    words = str(memories[0]["text"]).split() if memories else ["tea"]
+    return vaults, max(words, key=len).lower()
 
 
-async def fill_vault(params: StdioServerParameters, count: int) -> None:
-    """Save `count` memories through the real server over stdio (this also creates the vault)."""
-    rng = random.Random(17)  # sample text, not a secret
-    async with Client(params) as client:
-        for index in range(count):
-            result = await client.call_tool("save_memory", memory_arguments(rng, index))
-            if result.is_error:
-                raise RuntimeError(f"save_memory failed while filling the vault: {result.content}")
+def peak_rss(command: list[str]) -> int:
+    """The peak resident set size (bytes) of this process's child running `command`; 0 where unknown."""
+    me = str(os.getpid())
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = stat.read_text().rsplit(")", 1)[1].split()[1]
+            if parent != me or (stat.parent / "cmdline").read_bytes().split(b"\0")[:-1] != [
+                part.encode() for part in command
+            ]:
+                continue
+            for line in (stat.parent / "status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+        except (OSError, IndexError, ValueError):
+            continue
+    return 0
 
 
-async def start_once(variant: Variant) -> float:
-    """Spawn the server, connect, list its tools; the seconds from spawn to the tools/list answer."""
+async def start_once(variant: Variant) -> tuple[float, float, int]:
+    """Spawn, list tools, make the first call: seconds to each answer, and the peak RSS then."""
     client = Client(variant.params)
     gc.collect()
     started = time.perf_counter()
     async with client:
         listing = await client.list_tools()
-        elapsed = time.perf_counter() - started
+        listed = time.perf_counter() - started
+        name, arguments = variant.first_call
+        result = await client.call_tool(name, arguments)
+        # A call waits OPEN_WAIT (120 s) for the vault to open, then says so: call again.
+        while result.is_error and "still being opened" in str(result.content):
+            result = await client.call_tool(name, arguments)
+        answered = time.perf_counter() - started
+        if result.is_error:
+            raise RuntimeError(f"{variant.name}: the first {name} failed: {result.content}")
+        rss = peak_rss([variant.params.command, *variant.params.args])
         variant.tools = len(listing.tools)
         variant.protocol = client.protocol_version
     if variant.expected_tools is not None and variant.tools != variant.expected_tools:
         raise RuntimeError(f"{variant.name}: listed {variant.tools} tools, expected {variant.expected_tools}")
-    return elapsed
+    return listed, answered, rss
 
 
 async def measure(variants: list[Variant], runs: int, warmup: int) -> None:
@@ -186,8 +224,11 @@ async def measure(variants: list[Variant], runs: int, warmup: int) -> None:
     for round_number in range(runs):
         shift = round_number % len(variants)
         for variant in variants[shift:] + variants[:shift]:
-            variant.times.append(await start_once(variant))
-        line = "  ".join(f"{v.name}: {v.times[-1] * 1000:7.1f} ms" for v in variants)
+            listed, answered, rss = await start_once(variant)
+            variant.listed.append(listed)
+            variant.answered.append(answered)
+            variant.peak_rss.append(rss)
+        line = "  ".join(f"{v.name}: {v.listed[-1]:.2f}/{v.answered[-1]:.2f} s" for v in variants)
         print(f"round {round_number + 1:3d}/{runs}  {line}", flush=True)
 
 
@@ -223,7 +264,6 @@ def environment(args: argparse.Namespace, load_before: str, load_after: str) -> 
         ("Python", f"{platform.python_version()} ({platform.python_implementation()})"),
         ("mcp", importlib.metadata.version("mcp")),
         ("squirrel-mcp", importlib.metadata.version("squirrel-mcp")),
-        # Installed plugins load at every start (their startup hooks run in the background).
         ("Plugins installed (entry points squirrel_mcp)", ", ".join(plugins) or "none"),
         ("Platform", platform.platform()),
         ("CPUs (os.cpu_count / usable)", f"{os.cpu_count()} / {usable}"),
@@ -240,46 +280,81 @@ def load_average() -> str:
         return "n/a"
 
 
+def versus(value: float, anchor: float, unit: str) -> str:
+    """`value` beside its anchor: the ratio and the difference."""
+    return f"{value / anchor:.2f}x ({value - anchor:+,.0f} {unit})"
+
+
+def results_table(variants: list[Variant], baseline: Variant) -> list[str]:
+    """One row per server: each figure, and beside it the ratio to the minimal server's from this run."""
+    base_list, base_call = summarize(baseline.listed), summarize(baseline.answered)
+    base_rss = statistics.median(baseline.peak_rss) / 2**20
+    lines = [
+        "| Server | Spawn to first tools/list, median (min, p90) ms | vs minimal "
+        "| Spawn to first tool call answered, median ms | vs minimal | Peak RSS, median MB | vs minimal |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for variant in variants:
+        listed, answered = summarize(variant.listed), summarize(variant.answered)
+        rss = statistics.median(variant.peak_rss) / 2**20
+        lines.append(
+            f"| {variant.name} | {listed.median:,.0f} ({listed.minimum:,.0f}, {listed.p90:,.0f}) "
+            f"| {versus(listed.median, base_list.median, 'ms')} | {answered.median:,.0f} "
+            f"| {versus(answered.median, base_call.median, 'ms')} "
+            f"| {rss:,.0f} | {versus(rss, base_rss, 'MB')} |"
+        )
+    return lines
+
+
+def runs_of(variant: Variant) -> str:
+    """Every timed run of `variant`: ms to tools/list / ms to the first call answered."""
+    pairs = zip(variant.listed, variant.answered, strict=True)
+    return ", ".join(f"{listed * 1000:.0f}/{answered * 1000:.0f}" for listed, answered in pairs)
+
+
 def render(variants: list[Variant], baseline: Variant, env: list[tuple[str, str]], scrypt_ms: float) -> str:
     """The markdown report."""
-    base = summarize(baseline.times)
+    protocols = sorted({v.protocol for v in variants})
     lines = [
-        "# Start-up time",
+        "# Start-up time and memory",
         "",
-        "Time from just before the server process is spawned to the first `tools/list` answer,",
-        "for squirrel-mcp and for a minimal `MCPServer` with one tool, both started with the same",
-        "Python over stdio through `mcp.Client`. The client's handshake is part of the time for",
-        "both; shutting the server down is not. Generated by `scripts/bench_startup.py`.",
+        "From just before the server process is spawned to its first `tools/list` answer, and to",
+        "its first tool call answered (squirrel-mcp: a `search_memory`, which waits for the vault",
+        "to be unlocked, decrypted and indexed; the minimal server: its one tool), and the server",
+        "process's peak RSS then; for squirrel-mcp on vaults of several sizes and for a minimal",
+        "`MCPServer` with one tool, all started with the same Python over stdio through",
+        "`mcp.Client`, in the same run. Generated by `scripts/bench_startup.py`.",
         "",
         "## Results",
         "",
-        "| Server | Tools | Median (ms) | Min (ms) | p90 (ms) | Median vs minimal |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for variant in variants:
-        s = summarize(variant.times)
-        if variant is baseline:
-            versus = "1.00x"
-        else:
-            versus = f"{s.median / base.median:.2f}x (+{s.median - base.median:.0f} ms)"
-        figures = f"{s.median:.0f} | {s.minimum:.0f} | {s.p90:.0f}"
-        lines.append(f"| {variant.name} | {variant.tools} | {figures} | {versus} |")
-    protocols = sorted({v.protocol for v in variants})
-    lines += [
+        *results_table(variants, baseline),
+        "",
+        "Targets: spawn to first `tools/list` at most 1.15x the minimal server's at 0, 10,000 and",
+        "100,000 memories; spawn to the first search answered at 100,000 memories at most 3 s.",
+        "Before (2026-11-30, this machine, one run of the previous version of this script and",
+        "measurements made by hand): spawn to first `tools/list` 1.05 s empty, 2.1 s at 10,000,",
+        "12.3 s at 100,000, with the minimal server at about 0.6 s; peak RSS with word search",
+        "only 197 MB empty, 197 MB at 10,000, 672 MB at 100,000.",
         "",
         f"For reference, squirrel-mcp's key derivation alone (scrypt, N=2\\*\\*17, r=8, p=1) took a median "
         f"of {scrypt_ms:.0f} ms in the benchmark process; every squirrel-mcp start pays it once to unlock "
-        "the vault.",
+        "the vault, after answering `tools/list`.",
         "",
         "## How it was measured",
         "",
-        "- The vaults are created before any timing: the empty one with `squirrel-mcp init`, the",
-        "  full one by saving the memories through the real server over stdio. The timed starts",
-        "  therefore unlock an existing vault and decrypt every record in it, as a normal start does.",
+        "- The vaults are made before any timing: the empty one with `squirrel-mcp init`, the others",
+        "  with `squirrel-mcp import` of an export file of seeded synthetic memories (the corpus of",
+        "  `scripts/bench_search.py`). The timed starts unlock an existing vault and decrypt and index",
+        "  every record in it, as a normal start does.",
+        "- squirrel-mcp runs with word search only (`SQUIRREL_MCP_PLUGINS` empty), except the row",
+        "  marked with installed plugins (on the empty vault: the plugins load, and start in the",
+        "  background).",
+        "- The first search looks for one word of the first memory's text. Peak RSS is the server's",
+        "  VmHWM (/proc) once that answer has come back.",
         "- Each server is started once untimed per warm-up round (byte-code caches, page cache).",
         "- Then every round starts each server once, interleaved, the order rotated by one each",
         "  round, so that load from other processes on the shared machine falls on all alike.",
-        "- Median, min and p90 (nearest rank) over the timed runs; the ratio is of the medians.",
+        "- Median, min and p90 (nearest rank) over the timed runs; the ratios are of the medians.",
         f"- Negotiated protocol version: {', '.join(protocols)}.",
         "",
         "## Environment",
@@ -291,17 +366,17 @@ def render(variants: list[Variant], baseline: Variant, env: list[tuple[str, str]
         "## Reproduce",
         "",
         "```",
-        "nox -s bench                   # 20 runs per server, writes this file",
-        "nox -s bench -- --runs 50      # more runs; --memories N sets the full vault's size",
-        "python scripts/bench_startup.py --runs 20   # the same, in any venv with squirrel-mcp installed",
+        "nox -s bench                   # 10 runs per server at 0, 10,000 and 100,000 memories",
+        "nox -s bench -- --runs 20 --memories 0,10000   # more runs, other sizes",
+        "python scripts/bench_startup.py --memories 0,10000,100000   # in any venv with squirrel-mcp",
         "```",
         "",
-        "The machine the figures come from is shared and noisy; compare medians from one run",
+        "The machine the figures come from is shared and noisy; compare figures from one run",
         "of the script with each other rather than with figures from another run or machine.",
         "",
-        "<details><summary>Every timed run (ms, in order)</summary>",
+        "<details><summary>Every timed run (ms to tools/list / to the first call answered)</summary>",
         "",
-        *(f"- {v.name}: {', '.join(f'{t * 1000:.0f}' for t in v.times)}" for v in variants),
+        *(f"- {v.name}: {runs_of(v)}" for v in variants),
         "",
         "</details>",
         "",
@@ -313,29 +388,29 @@ async def run(args: argparse.Namespace) -> None:
     """Set up the vaults and the minimal server, measure, print and write the report."""
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         workdir = Path(tmp)
-        empty_vault, full_vault = workdir / "empty.sqlite3", workdir / "full.sqlite3"
         minimal = workdir / "minimal_server.py"
         minimal.write_text(MINIMAL_SERVER, encoding="utf-8")
-
-        print(f"setup: creating an empty vault and one with {args.memories} memories ...", flush=True)
-        create_vault(empty_vault)
-        setup_started = time.perf_counter()
-        await fill_vault(squirrel_params(full_vault), args.memories)
-        print(
-            f"setup: saved {args.memories} memories in {time.perf_counter() - setup_started:.1f} s",
-            flush=True,
-        )
-
+        vaults, word = make_vaults(workdir, args.sizes)
+        search: tuple[str, dict[str, object]] = ("search_memory", {"query": word})
         baseline = Variant(
             "minimal MCPServer",
             StdioServerParameters(command=sys.executable, args=[str(minimal)]),
+            ("echo", {"text": "hello"}),
             expected_tools=1,
         )
         variants = [
-            Variant("squirrel-mcp, empty vault", squirrel_params(empty_vault)),
-            Variant(f"squirrel-mcp, {args.memories} memories", squirrel_params(full_vault)),
-            baseline,
+            Variant(f"squirrel-mcp, {size:,} memories", squirrel_params(vault), search)
+            for size, vault in vaults.items()
         ]
+        if 0 in vaults:
+            variants.append(
+                Variant(
+                    "squirrel-mcp, 0 memories, installed plugins",
+                    squirrel_params(vaults[0], plugins=True),
+                    search,
+                )
+            )
+        variants.append(baseline)
         load_before = load_average()
         await measure(variants, args.runs, args.warmup)
         load_after = load_average()
@@ -344,21 +419,13 @@ async def run(args: argparse.Namespace) -> None:
     report = render(variants, baseline, environment(args, load_before, load_after), scrypt_ms)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(report, encoding="utf-8")
-
-    base = summarize(baseline.times)
-    print()
-    for variant in variants:
-        s = summarize(variant.times)
-        print(
-            f"{variant.name:32s} median {s.median:7.1f} ms  min {s.minimum:7.1f}  p90 {s.p90:7.1f}"
-            f"  ratio {s.median / base.median:.2f}"
-        )
-    print(f"scrypt alone (in-process)        median {scrypt_ms:7.1f} ms")
+    print("\n".join(results_table(variants, baseline)))
+    print(f"scrypt alone (in-process): median {scrypt_ms:.0f} ms")
     print(f"\nwrote {args.output}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: `python scripts/bench_startup.py [--runs N]`."""
+    """Entry point: `python scripts/bench_startup.py [--runs N] [--memories 0,10000,100000]`."""
     anyio.run(run, parse_args(argv))
     return 0
 

@@ -9,7 +9,14 @@ process on a fresh database:
   each a transaction of its own: what a save or a correction pays on the server;
 - appending in batches of 500 records: what an import pays, as records per second;
 - pulling everything with `GET /v1/records` from cursor 0, paged by 500: what a new
-  machine pays on its first start, as records per second.
+  machine pays on its first start, as records per second;
+- `import` of an export file into an account on the server, at the server's default
+  rate limit (SQLite only: the rate limit, not the database, sets its pace), in process
+  (`squirrel_mcp.transfer.import_export` over `RemoteStorage`, cheap key derivation):
+  now (one pull, then appends of up to 500 records across memories), and before (each
+  memory on its own: a pull, an append and a pull, what import did until it batched,
+  replayed through `MemoryStore.import_history` one memory at a time) for the sizes
+  `--before-sizes` names, since that path takes minutes.
 
 Latencies are per request (median and p90, nearest rank) after `WARMUP` untimed
 requests. PostgreSQL is measured when SQUIRREL_TEST_POSTGRES_URL names a cluster
@@ -38,6 +45,13 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
+from bench_search import Corpus
+
+from squirrel_mcp import crypto
+from squirrel_mcp.memories import MemoryStore
+from squirrel_mcp.storage.remote import RemoteStorage
+from squirrel_mcp.syncserver.app import Limits
+from squirrel_mcp.transfer import ExportedMemory, ExportFile, import_export
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO / "docs" / "benchmarks" / "sync.md"
@@ -68,26 +82,27 @@ def postgres_database(admin_url: str) -> Iterator[str]:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
-@contextmanager
-def server(database_url: str, log: Path) -> Iterator[tuple[str, str]]:
+UNLIMITED = ("--rate-limit", "1000000", "--burst", "1000000")
+DEFAULT_RATE = ("--rate-limit", str(Limits.rate), "--burst", str(Limits.burst))
+SYNC = [sys.executable, "-m", "squirrel_mcp.syncserver"]
+
+
+def issue_key(database_url: str) -> str:
+    """A new API key (an empty account slot) on the database."""
     env = {**os.environ, "SQUIRREL_SYNC_DATABASE": database_url}
-    command = [sys.executable, "-m", "squirrel_mcp.syncserver"]
-    key = subprocess.run(
-        [*command, "issue-key"], env=env, capture_output=True, text=True, check=True
+    return subprocess.run(
+        [*SYNC, "issue-key"], env=env, capture_output=True, text=True, check=True
     ).stdout.strip()
+
+
+@contextmanager
+def server(database_url: str, log: Path, rate: tuple[str, ...] = UNLIMITED) -> Iterator[tuple[str, str]]:
+    env = {**os.environ, "SQUIRREL_SYNC_DATABASE": database_url}
+    command = SYNC
+    key = issue_key(database_url)
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [
-                *command,
-                "serve",
-                "--port",
-                "0",
-                "--rate-limit",
-                "1000000",
-                "--burst",
-                "1000000",
-                "--no-access-log",
-            ],
+            [*command, "serve", "--port", "0", *rate, "--no-access-log"],
             env=env,
             stdout=sink,
             stderr=subprocess.STDOUT,
@@ -174,11 +189,68 @@ def measure(url: str, key: str, singles: int, batches: int) -> dict[str, float]:
     }
 
 
+def export_of(count: int) -> ExportFile:
+    """An export of `count` synthetic memories (the corpus of scripts/bench_search.py), one revision each."""
+    corpus = Corpus(seed=5)
+    memories = [corpus.memory(number) for number in range(count)]
+    return ExportFile(
+        format="squirrel-mcp-export",
+        version=1,
+        exportedAt="2026-11-30T00:00:00.000Z",
+        exportedBy="scripts/bench_sync.py",
+        memories=[ExportedMemory(id=memory.id, revisions=[memory]) for memory in memories],
+    )
+
+
+def import_seconds(url: str, database_url: str, parsed: ExportFile, *, batched: bool) -> float:
+    """Seconds to import `parsed` into a new account on the server (key issued and account made untimed)."""
+    cheap = crypto.KdfParams(salt=os.urandom(crypto.SALT_BYTES), n=2**14)
+    store = MemoryStore.create(RemoteStorage(url, issue_key(database_url)), "bench passphrase", kdf=cheap)
+    started = time.perf_counter()
+    if batched:
+        report = import_export(store, parsed)
+        added = report.added
+    else:
+        added = sum(store.import_history(memory.revisions)[0] for memory in parsed.memories)
+    seconds = time.perf_counter() - started
+    if added != len(parsed.memories):
+        raise SystemExit(f"the import added {added} of {len(parsed.memories)} memories")
+    return seconds
+
+
+def measure_imports(
+    temp: Path, sizes: list[int], before_sizes: list[int]
+) -> list[tuple[int, float | None, float]]:
+    """(memories, seconds before or None, seconds now) per size, on SQLite at the default rate limit."""
+    database = f"sqlite:///{temp}/imports.sqlite3"
+    rows = []
+    with server(database, temp / "imports.log", DEFAULT_RATE) as (url, _):
+        for size in sizes:
+            parsed = export_of(size)
+            before = import_seconds(url, database, parsed, batched=False) if size in before_sizes else None
+            now = import_seconds(url, database, parsed, batched=True)
+            print(f"import of {size:,} memories: before {before} s, now {now:.1f} s", flush=True)
+            rows.append((size, before, now))
+    return rows
+
+
+def sizes(text: str) -> list[int]:
+    """Comma-separated sizes ("300,3000"); empty for none."""
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--singles", type=int, default=300, help="timed single requests of each kind")
     parser.add_argument("--batches", type=int, default=20, help="batches of 500 records")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument("--import-sizes", type=sizes, default=[300, 3000], help="memories per import timed")
+    parser.add_argument(
+        "--before-sizes",
+        type=sizes,
+        default=[300],
+        help="of those, the sizes imported one memory at a time too",
+    )
     args = parser.parse_args()
 
     results: dict[str, dict[str, float]] = {}
@@ -199,6 +271,7 @@ def main() -> None:
                 results["PostgreSQL"] = measure(url, key, args.singles, args.batches)
         else:
             print("bench_sync: SQUIRREL_TEST_POSTGRES_URL is unset; PostgreSQL not measured", file=sys.stderr)
+        imports = measure_imports(Path(temp), args.import_sizes, args.before_sizes)
 
     lines = [
         "# Sync server",
@@ -221,6 +294,29 @@ def main() -> None:
         )
     lines += [
         "",
+        f"### Import into the server, at its default rate limit ({Limits.rate:g} requests a second, "
+        f"bursts of {Limits.burst})",
+        "",
+        "| Memories | Now: one pull, appends of up to 500 records "
+        "| Before: a pull, an append, a pull per memory |",
+        "|---:|---:|---:|",
+    ]
+    for size, before, now in imports:
+        if before is not None:
+            then = f"{before:,.1f} s ({before / now:,.0f}x as long)"
+        else:
+            rate = next((b / s for s, b, _ in imports if b is not None), None)
+            then = (
+                "not run"
+                if rate is None
+                else f"not run (about {rate * size / 60:,.0f} min at the rate above)"
+            )
+        lines.append(f"| {size:,} | {now:,.1f} s | {then} |")
+    lines += [
+        "",
+        "Before batching, importing 300 memories took 86 s on 2026-11-30 (same machine), and 3,000",
+        "would have taken about 14 minutes, with nothing shown meanwhile.",
+        "",
         "## How it was measured",
         "",
         f"- {args.singles} timed requests of each single kind after {WARMUP} untimed ones; a record is "
@@ -229,6 +325,8 @@ def main() -> None:
         "  PostgreSQL is the throwaway test cluster of `.ci/postgres`, which runs with `fsync=off`: its",
         "  write figures are an upper bound for a durable production cluster.",
         f"- Batches: {args.batches} appends of 500 records. Pull: every record from cursor 0, pages of 500.",
+        "- Import: in process, each size into a new account (key and account made untimed), one",
+        "  revision per memory; the timing ends when the import's closing pull is done.",
         "- The machine is shared with other jobs (2 cores); figures are indicative, not a guarantee.",
         "",
         "## Environment",

@@ -63,3 +63,16 @@ def test_import_adds_missing_revisions_and_reports_conflicts(store: MemoryStore)
     different = history[1].model_copy(update={"text": "something else"})
     assert store.import_history([history[0], different]) == (0, 1, [2])
     assert store.get(saved.id).text == "corrected"
+
+
+def test_an_import_batch_refused_by_storage_is_redone_memory_by_memory(store: MemoryStore) -> None:
+    # The same memory twice in one file puts one revision twice in a batch: storage
+    # refuses the whole append, and each memory is then judged again on its own.
+    saved = save(store, "kept as it is")
+    mine = store.history(saved.id)
+    foreign = mine[0].model_copy(update={"id": "00000000000000ab", "text": "imported"})
+    other = mine[0].model_copy(update={"id": "00000000000000ac", "text": "imported too"})
+    results = store.import_histories([[foreign], mine, [foreign], [other]])
+    assert results == [(1, 0, []), (0, 1, []), (0, 1, []), (1, 0, [])]
+    assert [store.get(memory_id).text for memory_id in (foreign.id, other.id)] == ["imported", "imported too"]
+    assert len(store.current()) == 3

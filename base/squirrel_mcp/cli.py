@@ -36,7 +36,7 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,6 +53,7 @@ from squirrel_mcp.files import atomic_write
 from squirrel_mcp.lines import log_line
 from squirrel_mcp.memories import LogDivergedError, MemoryStore, NoAccountError
 from squirrel_mcp.plugins import PluginHost, get_plugin_manager, load_plugins, register_commands
+from squirrel_mcp.progress import ProgressBar
 from squirrel_mcp.storage import NO_REMOTE_ACCOUNT, Account, KeyChanged, Storage, StorageError
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp.transfer import ImportFileError, export_json, field_locations, import_export, parse_export
@@ -158,10 +159,13 @@ def checkpoints(config: Config) -> Place:
     return Place(config.cache_dir / APP_NAME, location)
 
 
-def open_store(config: Config, *, create: bool) -> MemoryStore:
+def open_store(
+    config: Config, *, create: bool, progress: Callable[[int, int], None] | None = None
+) -> MemoryStore:
     """Unlock the configured account (creating a local vault's first when `create` and it is missing).
 
     On a sync server only `init` creates the account: a missing one is NoAccountError.
+    `progress` becomes the store's (told how far each pull's decryption has got).
     """
     config.check()
     if not config.passphrase and create:
@@ -184,6 +188,7 @@ def open_store(config: Config, *, create: bool) -> MemoryStore:
                 raise NoAccountError(f"the vault at {config.vault_path} holds no account")
             _check_new("SQUIRREL_PASSPHRASE", passphrase, "no account was created")
             store = MemoryStore.create(storage, passphrase, checkpoints=checkpoints(config))
+            store.progress = progress
             # An existing file without an account is one whose creation was cut short,
             # or one emptied since: either way the user should hear of the new account.
             log_line(
@@ -193,7 +198,7 @@ def open_store(config: Config, *, create: bool) -> MemoryStore:
             )
             return store
         with _explaining(config, storage):
-            store = MemoryStore.unlock(storage, passphrase, checkpoints(config))
+            store = MemoryStore.unlock(storage, passphrase, checkpoints(config), progress=progress)
         # The account read before the unlock: if the key changed in between, the next
         # unlock with this passphrase remembers the right one.
         _remember(config, account)
@@ -391,8 +396,9 @@ def cmd_export(config: Config, output: str | None, *, force: bool = False) -> in
     target = None if output in (None, "-") else Path(output)
     if target is not None:
         _check_output(target, force=force)
-    store = open_store(config, create=False)
-    export = export_json(store)
+    with ProgressBar("reading", "records") as reading:
+        store = open_store(config, create=False, progress=reading)
+        export = export_json(store)
     if target is None:
         sys.stdout.buffer.write(export.data)
         sys.stdout.flush()
@@ -425,8 +431,9 @@ def cmd_import(config: Config, source: str) -> int:
     """
     data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
     parsed = parse_export(data, "stdin" if source == "-" else source)
-    store = open_store(config, create=config.passphrase is not None)
-    report = import_export(store, parsed)
+    with ProgressBar("reading", "records") as reading, ProgressBar("importing", "memories") as importing:
+        store = open_store(config, create=config.passphrase is not None, progress=reading)
+        report = import_export(store, parsed, importing)
     print(
         f"imported {report.memories} memories: {report.added} revisions added, "
         f"{report.present} already present, {report.conflicts} conflicting (left as they were)"
@@ -441,8 +448,9 @@ def cmd_import_server_memory(config: Config, source: str) -> int:
     """
     data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
     items = server_memory.parse_graph(data, "stdin" if source == "-" else source)
-    store = open_store(config, create=config.passphrase is not None)
-    report = server_memory.import_graph(store, items)
+    with ProgressBar("reading", "records") as reading, ProgressBar("importing", "memories") as importing:
+        store = open_store(config, create=config.passphrase is not None, progress=reading)
+        report = server_memory.import_graph(store, items, importing)
     print(
         f"imported {report.entities} entities and {report.relations} relations from server-memory: "
         f"{report.added} memories added, {report.present} already present"

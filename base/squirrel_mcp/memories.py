@@ -15,16 +15,24 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
 from squirrel_mcp import crypto
+from squirrel_mcp.catalog import Catalog
 from squirrel_mcp.checkpoint import LogWatch, Place
 from squirrel_mcp.index import SearchIndex
 from squirrel_mcp.models import Category, Change, Revision, now_iso
 from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, Storage
+from squirrel_mcp.storage.wire import MAX_RECORDS_PER_APPEND
+
+# The most records one append of an import holds: what the sync contract takes in one request.
+IMPORT_BATCH = MAX_RECORDS_PER_APPEND
+# A refresh tells its `progress` how far it has got every this many records.
+PROGRESS_STEP = 1000
 
 
 class MemoryOperationError(Exception):
@@ -93,7 +101,13 @@ class MemoryStore:
     """The decrypted, in-memory view of one account, and the operations on it."""
 
     def __init__(
-        self, storage: Storage, account_id: str, data_key: bytes, checkpoints: Place | None = None
+        self,
+        storage: Storage,
+        account_id: str,
+        data_key: bytes,
+        checkpoints: Place | None = None,
+        *,
+        progress: Callable[[int, int], None] | None = None,
     ) -> None:
         """Use `unlock` or `create` rather than this.
 
@@ -108,26 +122,43 @@ class MemoryStore:
         self._pulled_at: float | None = None
         # Search's view of the latest live revisions, updated as they are decrypted.
         self.index = SearchIndex()
+        # The listings' view: every memory's newest readable revision in order (catalog.py),
+        # and which memories cannot be read at all, or only at an older revision.
+        self._catalog = Catalog()
+        self._unreadable: set[str] = set()
+        self._older: set[str] = set()
         # Tools run in worker threads; one lock keeps read-modify-append atomic here.
         self._lock = threading.RLock()
         # Told of the latest revisions of the memories each refresh found changed
         # (plugins, through their memories_changed hook). Called under the lock: be quick.
         self.listeners: list[Callable[[Sequence[Revision]], None]] = []
         self._watch = None if checkpoints is None else LogWatch.of(checkpoints, account_id, data_key)
+        # Told (records decrypted, records pulled) as a refresh goes: the commands' progress bar.
+        self.progress = progress
         self.refresh()
         if self._watch is not None:
             self._watch.opened()
 
     @classmethod
-    def unlock(cls, storage: Storage, passphrase: str, checkpoints: Place | None = None) -> MemoryStore:
-        """Open an existing account; WrongPassphraseError or NoAccountError if it cannot."""
+    def unlock(
+        cls,
+        storage: Storage,
+        passphrase: str,
+        checkpoints: Place | None = None,
+        *,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> MemoryStore:
+        """Open an existing account; WrongPassphraseError or NoAccountError if it cannot.
+
+        `progress` becomes the store's `progress`: told how far each refresh has got.
+        """
         account = storage.load_account()
         if account is None:
             raise NoAccountError("this vault has no account yet")
         data_key = crypto.unwrap_data_key(
             passphrase, account.kdf, account.account_id, account.wrapped_data_key
         )
-        return cls(storage, account.account_id, data_key, checkpoints)
+        return cls(storage, account.account_id, data_key, checkpoints, progress=progress)
 
     @classmethod
     def create(
@@ -165,7 +196,9 @@ class MemoryStore:
             self._pulled_at = started
             if self._watch is not None:
                 self._watch.pulled(records)
-            for record in records:
+            for done, record in enumerate(records, 1):
+                if self.progress is not None and done % PROGRESS_STEP == 0:
+                    self.progress(done, len(records))
                 history = self._histories.setdefault(record.memory_id, _History())
                 revision = self._open(record)
                 if revision is None:
@@ -173,18 +206,34 @@ class MemoryStore:
                 else:
                     history.revisions[record.revision] = revision
             changed = []
+            newest: dict[str, Revision | None] = {}
             for memory_id in {record.memory_id for record in records}:
                 history = self._histories[memory_id]
-                latest = history.newest_readable()
+                latest = newest[memory_id] = history.newest_readable()
+                self._note_readability(memory_id, history)
                 if latest is None or latest.deleted:
                     self.index.remove(memory_id)
                 else:
                     self.index.add(latest)
                 if latest is not None:
                     changed.append(latest)
+            self._catalog.update(newest)
+            if self.progress is not None and records:
+                self.progress(len(records), len(records))
             if changed:
                 for listener in self.listeners:
                     listener(changed)
+
+    def _note_readability(self, memory_id: str, history: _History) -> None:
+        """Keep `unreadable_ids` and `older_revision_ids` current for a memory that changed."""
+        for ids, member in (
+            (self._unreadable, not history.revisions),
+            (self._older, bool(history.revisions and history.unreadable_above())),
+        ):
+            if member:
+                ids.add(memory_id)
+            else:
+                ids.discard(memory_id)
 
     def _open(self, record: SealedRecord) -> Revision | None:
         ad = crypto.record_ad(self.account_id, record.memory_id, record.revision)
@@ -246,31 +295,28 @@ class MemoryStore:
 
     def current(self, *, include_deleted: bool = False) -> list[Revision]:
         """The newest readable revision of every memory, newest change first."""
+        with self.reading() as catalog:
+            return catalog.newest_first(include_deleted=include_deleted)
+
+    @contextmanager
+    def reading(self) -> Iterator[Catalog]:
+        """The catalog of current revisions, refreshed if stale, held still while the block runs.
+
+        For listings that take a page and its totals from one state of the vault.
+        """
         with self._lock:
             self.refresh_if_stale()
-            latest = []
-            for history in self._histories.values():
-                revision = history.newest_readable()
-                if revision is not None and (include_deleted or not revision.deleted):
-                    latest.append(revision)
-        latest.sort(key=lambda r: (r.updatedAt, r.id), reverse=True)
-        return latest
+            yield self._catalog
 
     def unreadable_ids(self) -> list[str]:
         """Ids of memories none of whose records can be read."""
         with self._lock:
-            return sorted(
-                memory_id for memory_id, history in self._histories.items() if not history.revisions
-            )
+            return sorted(self._unreadable)
 
     def older_revision_ids(self) -> list[str]:
         """Ids of memories served at an older revision: their newest one cannot be read."""
         with self._lock:
-            return sorted(
-                memory_id
-                for memory_id, history in self._histories.items()
-                if history.revisions and history.unreadable_above()
-            )
+            return sorted(self._older)
 
     def all_revisions(self) -> Iterable[list[Revision]]:
         """Every memory's readable history, for export."""
@@ -297,11 +343,12 @@ class MemoryStore:
 
     # Writing -----------------------------------------------------------------
 
-    def _append(self, revisions: list[Revision]) -> None:
+    def _seal(self, revisions: list[Revision]) -> list[SealedRecord]:
+        """The revisions sealed for storage; LogDivergedError while the log does not extend the checkpoint."""
         refusal = None if self._watch is None else self._watch.write_refusal()
         if refusal is not None:
             raise LogDivergedError(refusal)
-        records = [
+        return [
             SealedRecord(
                 revision.id,
                 revision.revision,
@@ -313,7 +360,9 @@ class MemoryStore:
             )
             for revision in revisions
         ]
-        self._storage.append(records)
+
+    def _append(self, revisions: list[Revision]) -> None:
+        self._storage.append(self._seal(revisions))
         self.refresh()
 
     def save(
@@ -429,32 +478,84 @@ class MemoryStore:
         )
 
     def import_history(self, revisions: list[Revision]) -> tuple[int, int, list[int]]:
-        """Add an exported memory's revisions that this account lacks.
+        """Add an exported memory's revisions that this account lacks (`import_histories` of one)."""
+        return self.import_histories([revisions])[0]
 
-        Returns (added, already present, conflicting revision numbers). A
-        revision already here with the same content counts as present, so an
-        import can be run twice; one here with different content is a conflict
-        and is left alone.
+    def import_histories(
+        self, histories: Sequence[list[Revision]], progress: Callable[[int, int], None] | None = None
+    ) -> list[tuple[int, int, list[int]]]:
+        """Add the revisions of exported memories that this account lacks, in few appends.
+
+        Returns, for each memory in the order given, (added, already present,
+        conflicting revision numbers). A revision already here with the same content
+        counts as present, so an import can be run twice; one here with different
+        content is a conflict and is left alone.
+
+        One pull, then the missing revisions of many memories go together, at most
+        IMPORT_BATCH records per append (what the sync contract takes in one request;
+        a memory with a longer history goes alone, in order), and one pull at the end.
+        An append refused because a record it holds appeared meanwhile (another
+        process wrote one of its memories) is redone memory by memory after a pull,
+        each judged against what storage then holds. `progress` is told how many
+        memories are done, and of how many, after each append.
         """
-        added = present = 0
-        conflicts: list[int] = []
+        results: list[tuple[int, int, list[int]]] = []
         with self._lock:
             self.refresh()
-            memory_id = revisions[0].id
-            history = self._histories.get(memory_id, _History())
-            missing = []
-            for revision in revisions:
-                mine = history.revisions.get(revision.revision)
-                if mine is None and revision.revision not in history.unreadable:
-                    missing.append(revision)
-                elif mine == revision:
-                    present += 1
-                else:
-                    conflicts.append(revision.revision)
-            if missing:
-                self._append(missing)
-                added = len(missing)
-        return added, present, conflicts
+            batch: list[Revision] = []
+            members: list[int] = []
+            for number, revisions in enumerate(histories):
+                missing, present, conflicts = self._compare(revisions)
+                if missing and batch and len(batch) + len(missing) > IMPORT_BATCH:
+                    self._import_batch(batch, members, histories, results)
+                    batch, members = [], []
+                    if progress is not None:
+                        progress(number, len(histories))
+                results.append((len(missing), present, conflicts))
+                if missing:
+                    batch.extend(missing)
+                    members.append(number)
+            self._import_batch(batch, members, histories, results)
+            self.refresh()
+        if progress is not None:
+            progress(len(histories), len(histories))
+        return results
+
+    def _compare(self, revisions: list[Revision]) -> tuple[list[Revision], int, list[int]]:
+        """An exported memory's revisions against the view: (missing, present count, conflicting numbers)."""
+        history = self._histories.get(revisions[0].id, _History())
+        missing: list[Revision] = []
+        present = 0
+        conflicts: list[int] = []
+        for revision in revisions:
+            mine = history.revisions.get(revision.revision)
+            if mine is None and revision.revision not in history.unreadable:
+                missing.append(revision)
+            elif mine == revision:
+                present += 1
+            else:
+                conflicts.append(revision.revision)
+        return missing, present, conflicts
+
+    def _import_batch(
+        self,
+        batch: list[Revision],
+        members: list[int],
+        histories: Sequence[list[Revision]],
+        results: list[tuple[int, int, list[int]]],
+    ) -> None:
+        """Append one batch of an import; on a conflict, redo its memories one by one (import_histories)."""
+        if not batch:
+            return
+        try:
+            self._storage.append(self._seal(batch))
+        except RevisionConflict:
+            self.refresh()
+            for number in members:
+                missing, present, conflicts = self._compare(histories[number])
+                if missing:
+                    self._append(missing)
+                results[number] = (len(missing), present, conflicts)
 
 
 class MemoryReader:

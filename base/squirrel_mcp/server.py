@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-import itertools
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,6 +32,7 @@ from pydantic import Field, JsonValue, ValidationError
 from pydantic.json_schema import SkipJsonSchema
 
 from squirrel_mcp import __version__, search
+from squirrel_mcp.catalog import Filters
 from squirrel_mcp.checkpoint import accept_advice
 from squirrel_mcp.memories import MemoryOperationError, MemoryStore
 from squirrel_mcp.models import (
@@ -207,11 +206,17 @@ def _revision_view(revision: Revision) -> RevisionView:
     return RevisionView.model_validate(revision.model_dump(include=set(RevisionView.model_fields)))
 
 
-def _has_tags(memory: Revision, tags: list[str] | None) -> bool:
-    if not tags:
-        return True
-    held = {tag.casefold() for tag in memory.tags}
-    return all(tag.casefold() in held for tag in tags)
+def _view(revision: Revision) -> Memory:
+    """The public view of a revision, not checked again: its fields passed the same rules when read or made.
+
+    Checking costs more than the rest of a listing (every character of the text is looked at).
+    """
+    return Memory.model_construct(**revision.model_dump(include=set(Memory.model_fields)))
+
+
+def _listed(revision: Revision) -> ListedMemory:
+    """A revision as list_memories shows it (not checked again, as `_view`)."""
+    return ListedMemory.model_construct(**revision.model_dump(include=set(ListedMemory.model_fields)))
 
 
 def describe_invalid(tool: str, error: ValidationError) -> str:
@@ -338,21 +343,24 @@ def get_context(
     Returns profile and preference memories, the most recent other memories and
     counts by category. Then search_memory before answering a question about the user.
     """
-    memories = context.store.current()
-
-    def first(count: int, wanted: Callable[[Revision], bool]) -> list[Memory]:
-        # Chosen before they are turned into views: a large vault must not pay for every one.
-        return [memory.memory() for memory in itertools.islice(filter(wanted, memories), count)]
-
-    counts = Counter[str](m.category for m in memories)
+    others = frozenset(HALF_LIFE_DAYS) - {"profile", "preference"}
+    with context.store.reading() as catalog:
+        # Each list costs about its length, not a sort of every memory: the catalog keeps the order.
+        profile = catalog.page(Filters(categories=frozenset({"profile"})), 0, 50).memories
+        preferences = catalog.page(Filters(categories=frozenset({"preference"})), 0, 50).memories
+        latest = catalog.page(Filters(categories=others), 0, recent).memories
+        counts = catalog.live_counts()
+        counted = {category: counts.get(category, 0) for category in HALF_LIFE_DAYS}
+        total = catalog.live_count
+        unreadable, older = context.store.unreadable_ids(), context.store.older_revision_ids()
     return ContextResult(
-        profile=first(50, lambda m: m.category == "profile"),
-        preferences=first(50, lambda m: m.category == "preference"),
-        recent=first(recent, lambda m: m.category not in ("profile", "preference")),
-        counts={category: counts[category] for category in HALF_LIFE_DAYS},
-        total=len(memories),
-        unreadable=context.store.unreadable_ids(),
-        olderRevision=context.store.older_revision_ids(),
+        profile=[_view(memory) for memory in profile],
+        preferences=[_view(memory) for memory in preferences],
+        recent=[_view(memory) for memory in latest],
+        counts=counted,
+        total=total,
+        unreadable=unreadable,
+        olderRevision=older,
         note=log_note(context.store),
     )
 
@@ -560,17 +568,17 @@ def list_memories(
     limit: Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT, description="Page size.")] = 20,
 ) -> ListResult:
     """List memories, most recently changed first, with filters and paging."""
-    matching = [
-        m
-        for m in context.store.current(include_deleted=includeDeleted)
-        if (category is None or m.category == category)
-        and _has_tags(m, tags)
-        and (entity is None or m.entity.casefold() == entity.casefold())
-    ]
-    page = matching[offset : offset + limit]
+    filters = Filters(
+        categories=None if category is None else frozenset({category}),
+        entity=entity,
+        tags=tuple(tags or ()),
+        include_deleted=includeDeleted,
+    )
+    with context.store.reading() as catalog:
+        page = catalog.page(filters, offset, limit)
     return ListResult(
-        memories=[ListedMemory(**m.memory().model_dump(), deleted=m.deleted) for m in page],
-        total=len(matching),
+        memories=[_listed(memory) for memory in page.memories],
+        total=page.total,
         offset=offset,
         limit=limit,
     )

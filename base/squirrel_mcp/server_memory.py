@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -160,8 +161,16 @@ def memory_id(key: bytes, memory: Planned) -> str:
     return hmac.new(key, message, hashlib.sha256).hexdigest()[:16]
 
 
-def import_graph(store: MemoryStore, items: list[GraphEntity | GraphRelation]) -> GraphReport:
-    """Add the memories the graph maps to that the account has never held; see the module docstring."""
+def import_graph(
+    store: MemoryStore,
+    items: list[GraphEntity | GraphRelation],
+    progress: Callable[[int, int], None] | None = None,
+) -> GraphReport:
+    """Add the memories the graph maps to that the account has never held; see the module docstring.
+
+    The new memories go to storage in batches (`MemoryStore.import_histories`), whose
+    `progress` is told how many of them are done.
+    """
     report = GraphReport(
         entities=sum(isinstance(item, GraphEntity) for item in items),
         relations=sum(isinstance(item, GraphRelation) for item in items),
@@ -170,6 +179,7 @@ def import_graph(store: MemoryStore, items: list[GraphEntity | GraphRelation]) -
     # Deleted and unreadable memories count as held: the import must not bring back what was deleted.
     held = {memory.id for memory in store.current(include_deleted=True)} | set(store.unreadable_ids())
     stamp = now_iso()
+    new: list[list[Revision]] = []
     for memory in plan(items):
         identifier = memory_id(key, memory)
         if identifier in held:
@@ -188,6 +198,6 @@ def import_graph(store: MemoryStore, items: list[GraphEntity | GraphRelation]) -
             revision=1,
             change="created",
         )
-        added, _, _ = store.import_history([revision])
-        report.added += added
+        new.append([revision])
+    report.added = sum(added for added, _, _ in store.import_histories(new, progress))
     return report

@@ -14,6 +14,7 @@ numbered with a gap (1, 3, ...), and import takes them as they are.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -163,11 +164,16 @@ def parse_export(data: bytes, name: str = "the file") -> ExportFile:
         ) from None
 
 
-def import_export(store: MemoryStore, parsed: ExportFile) -> ImportReport:
-    """Add the revisions of a checked export file that the vault lacks."""
+def import_export(
+    store: MemoryStore, parsed: ExportFile, progress: Callable[[int, int], None] | None = None
+) -> ImportReport:
+    """Add the revisions of a checked export file that the vault lacks (`MemoryStore.import_histories`).
+
+    `progress` is told how many of the file's memories are done, as appends land.
+    """
     report = ImportReport()
-    for memory in parsed.memories:
-        added, present, conflicts = store.import_history(memory.revisions)
+    histories = [memory.revisions for memory in parsed.memories]
+    for added, present, conflicts in store.import_histories(histories, progress):
         report.memories += 1
         report.added += added
         report.present += present

@@ -13,7 +13,6 @@ so they run in Starlette's thread pool, never on the event loop.
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from squirrel_mcp.catalog import Filters
 from squirrel_mcp.memories import (
     ConflictError,
     LogDivergedError,
@@ -83,17 +83,21 @@ class Page:
             filters = forms.list_filters(params)
         except FormError as error:
             filters, problems = forms.ListFilters(), error.problems
-        everything = self.store.current(include_deleted=True)
-        live = [memory for memory in everything if not memory.deleted]
-        by_category = Counter[str](memory.category for memory in live)
-        counts = pages.Counts(
-            {category: by_category[category] for category in HALF_LIFE_DAYS},
-            deleted=len(everything) - len(live),
-            unreadable=self.store.unreadable_ids(),
+        wanted = Filters(
+            categories=None if filters.category is None else frozenset({filters.category}),
+            entity=filters.entity,
+            tags=filters.tags,
+            include_deleted=filters.deleted,
         )
-        matching = [m for m in (everything if filters.deleted else live) if filters.accepts(m)]
-        shown = matching[filters.offset : filters.offset + filters.limit]
-        body = pages.list_page(shown, len(matching), filters, counts, problems)
+        with self.store.reading() as catalog:
+            by_category = catalog.live_counts()
+            counts = pages.Counts(
+                {category: by_category.get(category, 0) for category in HALF_LIFE_DAYS},
+                deleted=len(catalog) - catalog.live_count,
+                unreadable=self.store.unreadable_ids(),
+            )
+            shown = catalog.page(wanted, filters.offset, filters.limit)
+        body = pages.list_page(shown.memories, shown.total, filters, counts, problems)
         return self.render("Memories", body, status=400 if problems else 200)
 
     def search(self, request: Request) -> Response:

@@ -1,0 +1,255 @@
+"""The current revision of every memory, newest change first, kept in order as it changes.
+
+`list_memories`, `get_context` and the page list memories most recently changed
+first, filtered by category, tags and entity, a page at a time. Sorting every
+memory on each call costs a large vault hundreds of milliseconds; this catalog
+instead keeps the order and the filters' indexes up to date as revisions are
+decrypted, so a call costs about its page:
+
+- the order: two sorted lists of (updatedAt, id), one of every memory and one of
+  the live ones (not deleted), updated by bisection when a few memories change
+  and merged in one sort when many do (the first pull of a vault);
+- the indexes: for each category, each entity and each tag (ignoring case), the
+  ids of the memories that have it (those by entity and tag are built at the first
+  listing that filters by them); and live counts per category.
+
+A filtered page either walks the order from the newest, skipping memories that
+fail the filters, or picks the newest of the smallest index's matches, whichever
+is expected to look at fewer memories. Totals come from the counts when only
+categories are asked for, else from counting the smallest index's matches.
+Results are exactly those of sorting every memory by (updatedAt, id), newest
+first, and filtering: the order is total, since ids are unique.
+
+Not thread-safe: `MemoryStore` holds its lock around every change and read.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from squirrel_mcp.models import Revision
+
+# Past this many changed memories in one update, the order is rebuilt in one
+# sort (which merges the already sorted run) rather than bisected one by one.
+BULK_CHANGES = 32
+
+_Key = tuple[str, str]
+
+
+def _key(revision: Revision) -> _Key:
+    return (revision.updatedAt, revision.id)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What a listing keeps.
+
+    Memories of any of `categories` (None: any), about `entity` (ignoring case;
+    None: any), holding every one of `tags` (ignoring case), and deleted ones only
+    with `include_deleted`.
+    """
+
+    categories: frozenset[str] | None = None
+    entity: str | None = None
+    tags: tuple[str, ...] = ()
+    include_deleted: bool = False
+
+    def accepts(self, revision: Revision) -> bool:
+        """Whether `revision` passes every filter."""
+        if revision.deleted and not self.include_deleted:
+            return False
+        if self.categories is not None and revision.category not in self.categories:
+            return False
+        if self.entity is not None and revision.entity.casefold() != self.entity.casefold():
+            return False
+        if self.tags:
+            held = {tag.casefold() for tag in revision.tags}
+            return all(tag.casefold() in held for tag in self.tags)
+        return True
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a listing, newest change first, and how many memories pass the filters in all."""
+
+    memories: list[Revision]
+    total: int
+
+
+class Catalog:
+    """The newest readable revision of each memory, in order and indexed (see the module docstring)."""
+
+    def __init__(self) -> None:
+        """An empty catalog."""
+        self._current: dict[str, Revision] = {}
+        self._all: list[_Key] = []
+        self._live: list[_Key] = []
+        self._by_category: dict[str, set[str]] = {}
+        # Built at the first listing by entity or tag (most never ask): a vault's start does not pay for them.
+        self._by_entity: dict[str, set[str]] | None = None
+        self._by_tag: dict[str, set[str]] | None = None
+        self._live_by_category = Counter[str]()
+
+    def __len__(self) -> int:
+        """How many memories it holds, deleted ones included."""
+        return len(self._current)
+
+    @property
+    def live_count(self) -> int:
+        """How many memories are not deleted."""
+        return len(self._live)
+
+    def live_counts(self) -> Mapping[str, int]:
+        """How many live memories each category holds (categories without any may be absent)."""
+        return self._live_by_category
+
+    def update(self, changed: Mapping[str, Revision | None]) -> None:
+        """Make each memory's current revision the one given (None: it has no readable one)."""
+        bulk = len(changed) > BULK_CHANGES
+        for memory_id, revision in changed.items():
+            old = self._current.pop(memory_id, None)
+            if old is not None:
+                self._unindex(old, ordered=not bulk)
+            if revision is not None:
+                self._current[memory_id] = revision
+                self._index(revision, ordered=not bulk)
+        if bulk:
+            # Keep the keys still current, add the new ones, and let one sort merge the runs.
+            gone = set(changed)
+            self._all = [key for key in self._all if key[1] not in gone]
+            self._live = [key for key in self._live if key[1] not in gone]
+            fresh = [self._current[memory_id] for memory_id in changed if memory_id in self._current]
+            self._all.extend(_key(revision) for revision in fresh)
+            self._live.extend(_key(revision) for revision in fresh if not revision.deleted)
+            self._all.sort()
+            self._live.sort()
+
+    def _index(self, revision: Revision, *, ordered: bool) -> None:
+        memory_id = revision.id
+        for index, value in self._index_values(revision):
+            ids = index.get(value)
+            if ids is None:
+                index[value] = {memory_id}
+            else:
+                ids.add(memory_id)
+        if not revision.deleted:
+            self._live_by_category[revision.category] += 1
+        if ordered:
+            key = _key(revision)
+            bisect.insort(self._all, key)
+            if not revision.deleted:
+                bisect.insort(self._live, key)
+
+    def _unindex(self, revision: Revision, *, ordered: bool) -> None:
+        for index, value in self._index_values(revision):
+            ids = index.get(value)
+            if ids is not None:
+                ids.discard(revision.id)
+                if not ids:
+                    del index[value]
+        if not revision.deleted:
+            self._live_by_category[revision.category] -= 1
+            if not self._live_by_category[revision.category]:
+                del self._live_by_category[revision.category]
+        if ordered:
+            key = _key(revision)
+            _remove(self._all, key)
+            if not revision.deleted:
+                _remove(self._live, key)
+
+    def _index_values(self, revision: Revision) -> list[tuple[dict[str, set[str]], str]]:
+        """Each index the revision belongs in, with its value there (a tag held twice counts once)."""
+        values: list[tuple[dict[str, set[str]], str]] = [(self._by_category, revision.category)]
+        if self._by_entity is not None:
+            values.append((self._by_entity, revision.entity.casefold()))
+        if self._by_tag is not None:
+            values.extend((self._by_tag, tag) for tag in {tag.casefold() for tag in revision.tags})
+        return values
+
+    def _lookups(self) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+        """The entity and tag indexes, built from the current revisions on first use."""
+        if self._by_entity is None or self._by_tag is None:
+            by_entity: dict[str, set[str]] = {}
+            by_tag: dict[str, set[str]] = {}
+            for memory_id, revision in self._current.items():
+                by_entity.setdefault(revision.entity.casefold(), set()).add(memory_id)
+                for tag in {tag.casefold() for tag in revision.tags}:
+                    by_tag.setdefault(tag, set()).add(memory_id)
+            self._by_entity, self._by_tag = by_entity, by_tag
+        return self._by_entity, self._by_tag
+
+    def newest_first(self, *, include_deleted: bool = False) -> list[Revision]:
+        """Every current revision (deleted ones only with `include_deleted`), newest change first."""
+        order = self._all if include_deleted else self._live
+        return [self._current[memory_id] for _, memory_id in reversed(order)]
+
+    def page(self, filters: Filters, offset: int, limit: int) -> Page:
+        """The memories passing `filters`, newest change first, from `offset`, at most `limit`."""
+        order = self._all if filters.include_deleted else self._live
+        if filters.categories is None and filters.entity is None and not filters.tags:
+            end = min(len(order), offset + limit)
+            memories = [self._current[order[-1 - position][1]] for position in range(offset, end)]
+            return Page(memories, len(order))
+        source = self._smallest_source(filters)
+        matches: list[str] | None = None
+        if filters.entity is None and not filters.tags and filters.categories is not None:
+            # Only categories: the counts give the total without looking at a memory.
+            counts = self._category_counts(filters.include_deleted)
+            total = sum(counts.get(category, 0) for category in filters.categories)
+        else:
+            matches = [i for ids in source for i in ids if filters.accepts(self._current[i])]
+            total = len(matches)
+        wanted = offset + limit
+        if total <= offset or limit <= 0:
+            return Page([], total)
+        # Walking the order looks at about wanted * len(order) / total memories; picking
+        # the newest matches looks at each of them once (after gathering them).
+        if wanted * len(order) <= total * total:
+            return Page(self._walk(order, filters, offset, limit), total)
+        if matches is None:
+            matches = [i for ids in source for i in ids if filters.accepts(self._current[i])]
+        newest = heapq.nlargest(wanted, matches, key=lambda i: _key(self._current[i]))
+        return Page([self._current[i] for i in newest[offset:]], total)
+
+    def _category_counts(self, include_deleted: bool) -> Mapping[str, int]:
+        if include_deleted:
+            return {category: len(ids) for category, ids in self._by_category.items()}
+        return self._live_by_category
+
+    def _smallest_source(self, filters: Filters) -> Sequence[Collection[str]]:
+        """Id sets whose union holds every memory passing `filters`: the smallest such union known."""
+        empty: set[str] = set()
+        sources: list[list[set[str]]] = []
+        if filters.categories is not None:
+            sources.append([self._by_category.get(category, empty) for category in filters.categories])
+        if filters.entity is not None or filters.tags:
+            by_entity, by_tag = self._lookups()
+            if filters.entity is not None:
+                sources.append([by_entity.get(filters.entity.casefold(), empty)])
+            sources.extend([by_tag.get(tag.casefold(), empty)] for tag in filters.tags)
+        return min(sources, key=lambda sets: sum(len(ids) for ids in sets))
+
+    def _walk(self, order: list[_Key], filters: Filters, offset: int, limit: int) -> list[Revision]:
+        found: list[Revision] = []
+        skip = offset
+        for _, memory_id in reversed(order):
+            revision = self._current[memory_id]
+            if not filters.accepts(revision):
+                continue
+            if skip:
+                skip -= 1
+                continue
+            found.append(revision)
+            if len(found) == limit:
+                break
+        return found
+
+
+def _remove(order: list[_Key], key: _Key) -> None:
+    at = bisect.bisect_left(order, key)
+    if at < len(order) and order[at] == key:
+        del order[at]
