@@ -53,8 +53,8 @@ class ReferenceIndex:
         full: dict[str, float] = {}
         half: dict[str, float] = {}
         length = 0.0
-        fields = {"entity": [memory.entity], "text": [memory.text], "tags": memory.tags, "keywords": memory.keywords}
-        for name, values in fields.items():
+        fields = {"entity": [memory.entity], "text": [memory.text]}
+        for name, values in {**fields, "tags": memory.tags, "keywords": memory.keywords}.items():
             weight = float(FIELD_WEIGHTS[name])
             for value in values:
                 terms = document_terms(value)
@@ -162,9 +162,10 @@ def search(
             continue
         posting: dict[str, float] = {}
         for match in found:
+            # The term itself in full, weight or no weight; a longer term PREFIX of it, if more.
             share = 1.0 if match == term else PREFIX
             for memory_id, impact in index.postings[match].items():
-                if share * impact > posting.get(memory_id, 0.0) or (match == term and memory_id not in posting):
+                if match == term or share * impact > posting.get(memory_id, 0.0):
                     posting[memory_id] = share * impact
         gain = weight * math.log(1 + (len(index.memories) - len(posting) + 0.5) / (len(posting) + 0.5))
         for memory_id in matched:

@@ -27,8 +27,8 @@ from squirrel_mcp.text.tokens import document_terms
 from tests import lexical_reference as reference
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
-SYLLABLES = "ka lo mi ne ru sa te vi do ba ge".split()
-STOP = "the of and a to in is her with".split()
+SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "te", "vi", "do", "ba", "ge"]
+STOP = ["the", "of", "and", "a", "to", "in", "is", "her", "with"]
 OTHER = [
     "crème", "Straße", "Pi-hole", "pi", "hole", "e-mail", "东京塔", "猫", "서울에서", "서울",
     "тёмная", "3d", "3ds", "x-ray-vision", "ข้าวเหนียว", "Ångström", "naïve",
@@ -95,7 +95,7 @@ def queries(rng: random.Random, words: list[str], memories: list[Revision]) -> l
             chosen = [word(rng, words) for _ in range(count)]
         # Cut some words short, so they match as prefixes.
         found.append(" ".join(w[: rng.randint(3, 5)] if rng.random() < 0.3 else w for w in chosen))
-    found += ["the of", "the kalo", "pi-hole", "pi hole", "hol", "猫", "东", "서울", "ka", "kal", "3d", "creme"]
+    found += ["the of", "the kalo", "pi-hole", "pi hole", "hol", "猫", "东", "서울", "ka", "kal", "3d"]
     found.append(" ".join(sorted({w[:3] for w in words})[:80]))
     return found
 

@@ -74,6 +74,11 @@ RENUMBER_HOLES = 1024
 # A memory's category as one byte, its place in this list.
 CATEGORIES = list(HALF_LIFE_DAYS)
 _CATEGORY_CODES = {category: code for code, category in enumerate(CATEGORIES)}
+# The fields by weight: the fields of one weight are tokenized together.
+_WEIGHT_GROUPS = [
+    (weight, [name for name, its in FIELD_WEIGHTS.items() if its == weight])
+    for weight in sorted(set(FIELD_WEIGHTS.values()))
+]
 
 
 def saturate(tf: float, denominator: float) -> float:
@@ -116,22 +121,25 @@ class Posting:
         return position if position < len(self.docs) and self.docs[position] == doc else None
 
 
-def memory_terms(memory: Revision) -> tuple[Counter[str], Counter[str]]:
-    """A memory's full terms and its half terms, each counted times its field's weight (BM25F)."""
+def memory_terms(memory: Revision) -> tuple[Counter[str], Counter[str], int]:
+    """A memory's full terms and half terms, each counted times its field's weight (BM25F), and its length.
+
+    The length is the weighted count of its full terms. Terms never span a space, so
+    the ASCII values of the fields of one weight are cut in one go, joined by spaces.
+    """
+    values = {"entity": [memory.entity], "text": [memory.text]}
+    values |= {"tags": memory.tags, "keywords": memory.keywords}
     full: list[str] = []
     half: list[str] = []
-    for values, weight in (
-        ((memory.entity,), FIELD_WEIGHTS["entity"]),
-        ((memory.text,), FIELD_WEIGHTS["text"]),
-        (memory.tags, FIELD_WEIGHTS["tags"]),
-        (memory.keywords, FIELD_WEIGHTS["keywords"]),
-    ):
-        for value in values:
-            terms = document_terms(value)
+    for weight, names in _WEIGHT_GROUPS:
+        texts = [value for name in names for value in values[name]]
+        joined = " ".join(texts)
+        for text in (joined,) if joined.isascii() else texts:
+            terms = document_terms(text)
             full += terms.full * weight
             if terms.half:
                 half += terms.half * weight
-    return Counter(full), Counter(half)
+    return Counter(full), Counter(half) if half else Counter(), len(full)
 
 
 class SearchIndex:
@@ -186,15 +194,16 @@ class SearchIndex:
 
     def add(self, memory: Revision) -> None:
         """Index `memory`, replacing any earlier revision of it."""
-        full, half = memory_terms(memory)
-        length = float(sum(full.values()))
+        full, half, length = memory_terms(memory)
         # A date ahead of this machine's clock (another device's) counts as now.
         updated = min(parse_iso(memory.updatedAt).timestamp(), time.time())
         weight = recency(memory.category, self.epoch - updated)
         denominator = BM25_K1 * (1 - BM25_B + BM25_B * length / TYPICAL_LENGTH)
-        frequencies: dict[str, float] = dict(full)
-        for term, count in half.items():
-            frequencies[term] = frequencies.get(term, 0) + HALF * count
+        frequencies: dict[str, float] = full  # type: ignore[assignment]
+        if half:
+            frequencies = dict(full)
+            for term, count in half.items():
+                frequencies[term] = frequencies.get(term, 0) + HALF * count
         # A memory has few distinct frequencies: work each one's weight out once.
         weights = {tf: weight * saturate(tf, denominator) for tf in set(frequencies.values())}
         with self.lock:
@@ -225,7 +234,7 @@ class SearchIndex:
             assert memory is not None
             self.docs[doc] = None
             self._holes += 1
-            full, half = memory_terms(memory)
+            full, half, _ = memory_terms(memory)
             for term in full.keys() | half.keys():
                 posting = self.postings[term]
                 position = posting.position(doc)

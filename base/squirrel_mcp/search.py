@@ -22,7 +22,7 @@ import itertools
 import math
 import operator
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -53,6 +53,9 @@ PREFIX = 0.5
 MAX_QUERY_TERMS = 64
 MAX_TERM_EXPANSIONS = 512
 MAX_QUERY_EXPANSIONS = 2048
+
+# A search ranks every SAMPLE-th score first to find a floor for the best (`_cutoff`).
+SAMPLE = 16
 
 # Finding one document in one posting by bisection costs about as much as walking this
 # many of a posting's entries: past that, walking the postings is cheaper.
@@ -224,7 +227,7 @@ def search(
         # Each distinct term's weight in the query: whole words count fully, hyphen parts half.
         weights = dict.fromkeys([part for word in planned.words for part in word.parts], HALF)
         weights.update(dict.fromkeys([word.term for word in planned.words], 1.0))
-        # Each term's posting as document -> weight, with how many memories count for its idf.
+        # Each term's documents and weights, with how many memories count for its idf.
         tables = {term: _table(index, term, matches[term]) for term in weights if matches[term]}
         matched: set[int] | None = None
         restrict: set[str] = set()
@@ -234,30 +237,49 @@ def search(
             if keep is not None:
                 matched = {doc for doc in matched if keep(_revision(index, doc))}
             restrict = set(tables) if keep is not None else set(tables) - wanted_terms
-        scores = _scores(index, weights, tables, matched, restrict) if matched is None or matched else {}
-        if not scores:
+        sums = _scores(index, weights, tables, matched, restrict) if matched is None or matched else {}
+        if not sums:
             return Outcome([], 0)
         fading = index.fading(now.timestamp())
-        codes = index.categories
         # Each score times its category's decay since the epoch, in one pass.
-        decays = map(fading.__getitem__, map(codes.__getitem__, scores))
-        scores = dict(zip(scores, map(operator.mul, scores.values(), decays), strict=True))
-        total = len(scores)
-        chosen: list[int] = list(scores)
+        docs = list(sums)
+        decays = map(fading.__getitem__, map(index.categories.__getitem__, docs))
+        scores = list(map(operator.mul, sums.values(), decays))
+        total = len(docs)
         if limit is not None and limit < total:
             # Only the best need lexicalScore; keep every tie of the last one for the tie-break.
-            cutoff = heapq.nlargest(limit, scores.values())[-1]
-            chosen = list(itertools.compress(scores, map(cutoff.__le__, scores.values())))
+            cutoff = _cutoff(scores, limit)
+            best = dict(itertools.compress(zip(docs, scores, strict=True), map(cutoff.__le__, scores)))
+        else:
+            best = dict(zip(docs, scores, strict=True))
+        chosen = list(best)
         shares = _lexical_scores(index, wanted, matches, chosen)
-        hits = [Candidate(_revision(index, doc), scores[doc], shares[doc]) for doc in chosen]
+        hits = [Candidate(_revision(index, doc), best[doc], shares[doc]) for doc in chosen]
     hits.sort(key=lambda hit: (-hit.score, -hit.lexical_score, hit.memory.id))
     return Outcome(hits[:limit], total)
+
+
+def _cutoff(scores: list[float], limit: int) -> float:
+    """The `limit`-th largest of `scores` (at least that many of them), mostly in C.
+
+    The `limit`-th largest of every SAMPLE-th score is no larger, so only the scores
+    at or above it, a few dozen, are ranked one by one.
+    """
+    sample = scores[::SAMPLE]
+    if len(sample) >= limit:
+        floor = heapq.nlargest(limit, sample)[-1]
+        scores = list(filter(floor.__le__, scores))
+    return heapq.nlargest(limit, scores)[-1]
+
+
+# A term's documents and their weights, and how many memories count for its idf.
+Table = tuple[Sequence[int] | dict[int, float], Iterable[float], int]
 
 
 def _scores(
     index: SearchIndex,
     weights: dict[str, float],
-    tables: dict[str, tuple[dict[int, float], int]],
+    tables: dict[str, Table],
     matched: set[int] | None,
     restrict: set[str],
 ) -> dict[int, float]:
@@ -272,25 +294,27 @@ def _scores(
     for term, weight in weights.items():
         if term not in tables:
             continue
-        table, frequency = tables[term]
+        docs, values, frequency = tables[term]
         # BM25's inverse document frequency; the rest of its formula is in the weights.
         gain = weight * math.log(1 + (count - frequency + 0.5) / (frequency + 0.5))
-        docs: Collection[int] = table
         if matched is not None and term in restrict:
-            docs = table.keys() & matched
-        part = dict(zip(docs, map(gain.__mul__, map(table.__getitem__, docs)), strict=True))
+            table = dict(zip(docs, values, strict=True))
+            docs = list(table.keys() & matched)
+            values = map(table.__getitem__, docs)
+        part = dict(zip(docs, map(gain.__mul__, values), strict=True))
         if scores:
-            # Python adds up only where two terms meet; the rest is merged in C.
-            for doc in part.keys() & scores.keys():
-                part[doc] = scores[doc] + part[doc]
+            # Where two terms meet the two are added (this sum first); the rest is merged as is.
+            both = list(part.keys() & scores.keys())
+            sums = map(operator.add, map(scores.__getitem__, both), map(part.__getitem__, both))
+            part.update(zip(both, sums, strict=True))
             scores.update(part)
         else:
             scores = part
     return scores
 
 
-def _table(index: SearchIndex, term: str, found: list[str]) -> tuple[dict[int, float], int]:
-    """One query term's posting as document -> weight, and how many memories count for its idf.
+def _table(index: SearchIndex, term: str, found: list[str]) -> Table:
+    """One query term's documents and weights, and how many memories count for its idf.
 
     For a term found by its own spelling alone, its posting. Otherwise each memory's
     best weight over the terms it matches there: the term itself counts in full, a
@@ -298,23 +322,27 @@ def _table(index: SearchIndex, term: str, found: list[str]) -> tuple[dict[int, f
     word in any form it matches count for its idf, except where every such form
     weighs nothing (a decay run down to zero), as a term-by-term maximum leaves them out.
     """
+    if found == [term]:
+        posting = index.postings[term]
+        return posting.docs, posting.weights, len(posting)
     # `found` is sorted, so the term itself, when the index holds it, comes first.
     exact = found[0] == term
     best = index.postings[term].table() if exact else {}
-    held = set(best) if exact else set()
     weightless = False
     for match in found[1:] if exact else found:
         posting = index.postings[match]
         longer = dict(zip(posting.docs, map(PREFIX.__mul__, posting.weights), strict=True))
         weightless = weightless or not min(longer.values()) > 0.0
-        for doc in best.keys() & longer.keys():
-            if best[doc] > longer[doc]:
-                longer[doc] = best[doc]
+        # Where the memory holds both, the larger weight.
+        both = list(best.keys() & longer.keys())
+        larger = map(max, map(best.__getitem__, both), map(longer.__getitem__, both))
+        longer.update(zip(both, larger, strict=True))
         best.update(longer)
     frequency = len(best)
     if weightless:
+        held = set(index.postings[term].docs) if exact else set()
         frequency -= sum(1 for doc, weight in best.items() if weight == 0.0 and doc not in held)
-    return best, frequency
+    return best, best.values(), frequency
 
 
 def _revision(index: SearchIndex, doc: int) -> Revision:

@@ -91,6 +91,9 @@ _CHUNK = re.compile(rf"{_WORD_CHAR}+(?:[{_HYPHENS}]{_WORD_CHAR}+)*")
 # `_CHUNK` on ASCII text, where a word character is a letter or digit and the hyphen-minus
 # is the only hyphen: the same chunks, found several times faster.
 _ASCII_CHUNK = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+# Without a hyphen, those chunks are the runs of letters and digits: every other ASCII
+# character made a space, a split finds them faster still.
+_ASCII_SPACES = str.maketrans(dict.fromkeys([c for c in map(chr, range(128)) if not c.isalnum()], " "))
 _PAIR_RUN = re.compile(rf"[{_char_class(list(_PAIR_RANGES))}]+")
 _HYPHEN_SPLIT = re.compile(f"[{_HYPHENS}]")
 _MARK = re.compile(f"[{_MARKS}]")
@@ -199,9 +202,9 @@ def document_terms(text: str) -> Terms:
 
 def _ascii_terms(folded: str) -> Terms:
     """`document_terms` of folded ASCII text: no pair-script runs, "-" the only hyphen."""
-    chunks = _ASCII_CHUNK.findall(folded)
     if "-" not in folded:
-        return Terms(chunks, [])
+        return Terms(folded.translate(_ASCII_SPACES).split(), [])
+    chunks = _ASCII_CHUNK.findall(folded)
     full: list[str] = []
     half: list[str] = []
     for chunk in chunks:
