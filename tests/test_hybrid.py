@@ -335,7 +335,8 @@ def test_warm_up_stops_at_its_bound_and_the_rest_have_no_semantic_score(
     saved = save_many(store, 300)
     model = CountingModel(seconds_per_batch=1.0)  # each batch of 32 "takes" 1 s
     hybrid = open_hybrid(store, tmp_path / "v.bin", model, [])
-    first = store.index.entries[saved[0].id].memory
+    first = store.index.memory(saved[0].id)
+    assert first is not None
     words = [Candidate(first, 1.0, 0.5)]
     answer = hybrid.rank("memory", words, 1, options(limit=50))
     assert answer is not None
@@ -346,9 +347,11 @@ def test_warm_up_stops_at_its_bound_and_the_rest_have_no_semantic_score(
     assert by_id[first.id].semantic_score is not None
     # A word match not yet embedded keeps score <= 0.3 / 2 and semanticScore None.
     late = next(m for m in saved if m.id in hybrid.pending)
+    late_memory = store.index.memory(late.id)
+    assert late_memory is not None
     late_answer = hybrid._fused(
         model.embed(["memory"])[0],
-        [Candidate(store.index.entries[late.id].memory, 1.0, 0.5)],
+        [Candidate(late_memory, 1.0, 0.5)],
         1,
         options(300),
     )

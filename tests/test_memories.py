@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from squirrel_mcp import crypto
 from squirrel_mcp.memories import ConflictError, MemoryStore, UnknownMemoryError
@@ -76,3 +78,33 @@ def test_an_import_batch_refused_by_storage_is_redone_memory_by_memory(store: Me
     assert results == [(1, 0, []), (0, 1, []), (0, 1, []), (1, 0, [])]
     assert [store.get(memory_id).text for memory_id in (foreign.id, other.id)] == ["imported", "imported too"]
     assert len(store.current()) == 3
+
+
+def test_the_control_characters_refused_are_unicodes_less_tab_and_newlines() -> None:
+    def text_is_valid(text: str) -> bool:
+        stamp = "2026-06-01T00:00:00Z"
+        try:
+            Revision.model_validate(
+                {
+                    "id": "0" * 16,
+                    "entity": "user",
+                    "text": f"a{text}b",
+                    "tags": [],
+                    "keywords": [],
+                    "category": "note",
+                    "createdAt": stamp,
+                    "updatedAt": stamp,
+                    "revision": 1,
+                    "change": "created",
+                }
+            )
+        except ValidationError:
+            return False
+        return True
+
+    # Lone surrogates are refused as such; every other code point is a control character or not.
+    characters = [chr(code) for code in range(0x110000) if not 0xD800 <= code <= 0xDFFF]
+    controls = {char for char in characters if unicodedata.category(char) == "Cc"} - {"\t", "\n", "\r"}
+    assert len(controls) == 62 and not any(text_is_valid(char) for char in controls)
+    rest = "".join(char for char in characters if char not in controls)
+    assert all(text_is_valid(rest[start : start + 3000]) for start in range(0, len(rest), 3000))

@@ -322,7 +322,7 @@ def test_the_index_follows_adds_corrections_and_removals() -> None:
     assert [hit.memory.revision for hit in run(index, "violin").hits] == [2]
     index.remove(corrected.id)
     assert run(index, "violin").total == 0 and len(index) == 0
-    assert index.postings == {} and index.partial == {} and index.categories == {}
+    assert index.postings == {} and index.partial == {}
     assert index.vocabulary() == []
 
 
@@ -463,10 +463,12 @@ def test_incremental_updates_equal_a_fresh_index(
         if f"{n:016x}" not in gone:
             fresh.add(memory(text, category=category, updated=NOW - timedelta(days=age), number=n))
     # The weights differ in the last digits: each index folds the decay to its own epoch.
-    assert {term: set(posting) for term, posting in index.postings.items()} == {
-        term: set(posting) for term, posting in fresh.postings.items()
+    assert {term: set(index.holders(term)) for term in index.postings} == {
+        term: set(fresh.holders(term)) for term in fresh.postings
     }
-    assert index.partial == fresh.partial
+    assert {term: index.partly_held(term) for term in index.partial} == {
+        term: fresh.partly_held(term) for term in fresh.partial
+    }
     assert index.vocabulary() == sorted(index.postings) and fresh.vocabulary() == sorted(fresh.postings)
     # Ties may fall either way by a last digit, so compare scores by memory.
     got = {hit.memory.id: hit.score for hit in run(index, query).hits}
@@ -480,13 +482,21 @@ def test_likely_duplicates_finds_every_memory_sharing_half_its_words(
     entries: list[tuple[str, str, int]],
 ) -> None:
     index = build(entries)
-    new = index.entries[f"{0:016x}"].memory
-    words = set(index.entries[new.id].content)
+    new = index.memory(f"{0:016x}")
+    assert new is not None
+
+    def content(memory: Revision) -> set[str]:
+        fields = [memory.entity, memory.text, *memory.tags, *memory.keywords]
+        return {term for field in fields for term in tokens.document_terms(field).full} - STOPWORDS
+
+    words = content(new)
     expected = []
-    for entry in index.entries.values():
-        union = words | set(entry.content)
-        overlap = len(words & set(entry.content)) / len(union) if union else 0.0
-        if entry.memory.id != new.id and overlap >= 0.5:
-            expected.append((-overlap, entry.memory.id))
+    for n in range(len(entries)):
+        other = index.memory(f"{n:016x}")
+        assert other is not None
+        union = words | content(other)
+        overlap = len(words & content(other)) / len(union) if union else 0.0
+        if other.id != new.id and overlap >= 0.5:
+            expected.append((-overlap, other.id))
     found = search.likely_duplicates(index, new)
     assert [hit.memory.id for hit in found] == [memory_id for _, memory_id in sorted(expected)[:3]]

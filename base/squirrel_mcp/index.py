@@ -20,6 +20,15 @@ up weights. Two choices make that possible:
   epoch is folded into its weights; the part from the epoch to now is the same for
   every memory of a category and is applied per search.
 
+The index is compact: a memory is a document number (its place in `docs`), and a
+term's posting is two flat arrays, the numbers of the memories holding it in
+increasing order and their weights as C doubles, rather than a Python object per
+posting (a 100,000-memory vault holds about three million postings). A new memory
+gets the next number, so postings stay sorted by appending; removing a memory takes
+it out of each of its postings by bisection (its terms are found by tokenizing it
+again) and leaves a hole in `docs`, and once the holes outnumber the live memories
+the documents are numbered afresh.
+
 A query word of three or more characters also finds the terms that begin with it
 (`squirrel_mcp.text.tokens`). The index keeps its terms in a sorted list, the
 vocabulary, so the terms beginning with a word are one bisection and a short walk
@@ -32,9 +41,11 @@ another process's batch of writes), the list is sorted again from scratch.
 from __future__ import annotations
 
 import bisect
+import itertools
 import threading
 import time
-from dataclasses import dataclass
+from array import array
+from collections import Counter
 
 from squirrel_mcp.models import HALF_LIFE_DAYS, Revision, parse_iso
 from squirrel_mcp.text.stopwords import STOPWORDS
@@ -42,8 +53,9 @@ from squirrel_mcp.text.tokens import begins_with, document_terms
 
 # The entity, tags and keywords are labels chosen so the memory is found again;
 # a word there says more about what the memory is about than the same word said
-# in passing in the text, so they count twice.
-FIELD_WEIGHTS = {"entity": 2.0, "text": 1.0, "tags": 2.0, "keywords": 2.0}
+# in passing in the text, so they count twice. Whole numbers: a field's terms are
+# counted that many times.
+FIELD_WEIGHTS = {"entity": 2, "text": 1, "tags": 2, "keywords": 2}
 # A hyphen part, or a character inside a pair, is half a match (docs/search.md).
 HALF = 0.5
 SECONDS_PER_DAY = 86_400.0
@@ -56,18 +68,17 @@ BM25_B = 0.75
 TYPICAL_LENGTH = 30.0
 # Past this many changed terms, sorting the vocabulary again beats bisecting each in.
 RESORT_CHANGES = 256
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """What the index keeps about one memory besides its postings."""
-
-    # Tuples, not sets: a third of the size, and these are only ever scanned.
-    memory: Revision
-    # Every term the memory is posted under, to remove it again.
-    terms: tuple[str, ...]
-    # Its distinct full terms that are not stopwords: what duplicates are judged by.
-    content: tuple[str, ...]
+# The documents are numbered afresh once the holes left by removed memories are more
+# than this and more than the live memories: rare, and linear in the postings.
+RENUMBER_HOLES = 1024
+# A memory's category as one byte, its place in this list.
+CATEGORIES = list(HALF_LIFE_DAYS)
+_CATEGORY_CODES = {category: code for code, category in enumerate(CATEGORIES)}
+# The fields by weight: the fields of one weight are tokenized together.
+_WEIGHT_GROUPS = [
+    (weight, [name for name, its in FIELD_WEIGHTS.items() if its == weight])
+    for weight in sorted(set(FIELD_WEIGHTS.values()))
+]
 
 
 def saturate(tf: float, denominator: float) -> float:
@@ -86,10 +97,55 @@ def recency(category: str, seconds: float) -> float:
     return float(0.5 ** halvings(category, seconds))
 
 
-class SearchIndex:
-    """Term -> memory id -> BM25 weight times decay to the epoch, for every live memory's latest revision.
+class Posting:
+    """The memories holding one term: document numbers in increasing order, and each one's weight."""
 
-    Hold `lock` while reading `postings`, `partial`, `entries` and `categories`, or
+    __slots__ = ("docs", "weights")
+
+    def __init__(self) -> None:
+        """An empty posting."""
+        self.docs = array("I")
+        self.weights = array("d")
+
+    def __len__(self) -> int:
+        """How many memories hold the term."""
+        return len(self.docs)
+
+    def table(self) -> dict[int, float]:
+        """Document number -> weight."""
+        return dict(zip(self.docs, self.weights, strict=True))
+
+    def position(self, doc: int) -> int | None:
+        """Where `doc` is in the posting, or None when it does not hold the term."""
+        position = bisect.bisect_left(self.docs, doc)
+        return position if position < len(self.docs) and self.docs[position] == doc else None
+
+
+def memory_terms(memory: Revision) -> tuple[Counter[str], Counter[str], int]:
+    """A memory's full terms and half terms, each counted times its field's weight (BM25F), and its length.
+
+    The length is the weighted count of its full terms. Terms never span a space, so
+    the ASCII values of the fields of one weight are cut in one go, joined by spaces.
+    """
+    values = {"entity": [memory.entity], "text": [memory.text]}
+    values |= {"tags": memory.tags, "keywords": memory.keywords}
+    full: list[str] = []
+    half: list[str] = []
+    for weight, names in _WEIGHT_GROUPS:
+        texts = [value for name in names for value in values[name]]
+        joined = " ".join(texts)
+        for text in (joined,) if joined.isascii() else texts:
+            terms = document_terms(text)
+            full += terms.full * weight
+            if terms.half:
+                half += terms.half * weight
+    return Counter(full), Counter(half) if half else Counter(), len(full)
+
+
+class SearchIndex:
+    """Term -> posting (memories, BM25 weights times decay to the epoch) over the live memories.
+
+    Hold `lock` while reading `postings`, `partial`, `docs` and `categories`, or
     calling `expand`: tools run in worker threads, and a save may update the index
     during a search.
     """
@@ -99,12 +155,17 @@ class SearchIndex:
         self.lock = threading.RLock()
         # The moment the folded-in decay runs to; any fixed time works, now keeps numbers near 1.
         self.epoch = time.time()
-        self.postings: dict[str, dict[str, float]] = {}
-        # Memories holding a term only as a hyphen part or inside a pair: they hold it at half.
-        self.partial: dict[str, set[str]] = {}
-        self.entries: dict[str, Entry] = {}
-        # Apart from `entries` because a search reads it for every match.
-        self.categories: dict[str, str] = {}
+        self.postings: dict[str, Posting] = {}
+        # The documents holding a term only as a hyphen part or inside a pair: they hold it at half.
+        self.partial: dict[str, set[int]] = {}
+        # Document number -> the memory's revision, or None for a hole a removed memory left.
+        self.docs: list[Revision | None] = []
+        # Document number -> the memory's category as its place in CATEGORIES.
+        self.categories = bytearray()
+        # Document number -> how many distinct content terms (full, not stopwords) it has.
+        self._content = array("I")
+        self._numbers: dict[str, int] = {}
+        self._holes = 0
         # Every key of `postings`, sorted, as of the last `expand`; `changed` holds the
         # terms that were added to or dropped from `postings` since.
         self._vocabulary: list[str] = []
@@ -114,80 +175,99 @@ class SearchIndex:
 
     def __len__(self) -> int:
         """How many memories the index holds."""
-        return len(self.entries)
+        return len(self._numbers)
 
     def memory(self, memory_id: str) -> Revision | None:
         """The indexed revision of a live memory, or None when the index holds no memory with this id."""
         with self.lock:
-            entry = self.entries.get(memory_id)
-        return None if entry is None else entry.memory
+            doc = self._numbers.get(memory_id)
+            return None if doc is None else self.docs[doc]
+
+    def number(self, memory_id: str) -> int | None:
+        """The document number of a live memory, or None when the index does not hold it."""
+        with self.lock:
+            return self._numbers.get(memory_id)
+
+    def content_count(self, doc: int) -> int:
+        """How many distinct content terms (full terms that are not stopwords) document `doc` has."""
+        return self._content[doc]
 
     def add(self, memory: Revision) -> None:
         """Index `memory`, replacing any earlier revision of it."""
-        full: dict[str, float] = {}
-        half: dict[str, float] = {}
-        length = 0.0
-        fields = {
-            "entity": [memory.entity],
-            "text": [memory.text],
-            "tags": memory.tags,
-            "keywords": memory.keywords,
-        }
-        for name, values in fields.items():
-            weight = FIELD_WEIGHTS[name]
-            for value in values:
-                terms = document_terms(value)
-                length += weight * len(terms.full)
-                for term in terms.full:
-                    full[term] = full.get(term, 0.0) + weight
-                for term in terms.half:
-                    half[term] = half.get(term, 0.0) + weight * HALF
+        full, half, length = memory_terms(memory)
         # A date ahead of this machine's clock (another device's) counts as now.
         updated = min(parse_iso(memory.updatedAt).timestamp(), time.time())
         weight = recency(memory.category, self.epoch - updated)
         denominator = BM25_K1 * (1 - BM25_B + BM25_B * length / TYPICAL_LENGTH)
-        entry = Entry(
-            memory=memory,
-            terms=tuple(full.keys() | half.keys()),
-            content=tuple(term for term in full if term not in STOPWORDS),
-        )
+        frequencies: dict[str, float] = full  # type: ignore[assignment]
+        if half:
+            frequencies = dict(full)
+            for term, count in half.items():
+                frequencies[term] = frequencies.get(term, 0) + HALF * count
+        # A memory has few distinct frequencies: work each one's weight out once.
+        weights = {tf: weight * saturate(tf, denominator) for tf in set(frequencies.values())}
         with self.lock:
             self.remove(memory.id)
-            for term, frequency in full.items():
-                tf = frequency + half.pop(term, 0.0)
-                self._posting(term)[memory.id] = weight * saturate(tf, denominator)
-            for term, tf in half.items():
-                self._posting(term)[memory.id] = weight * saturate(tf, denominator)
-                self.partial.setdefault(term, set()).add(memory.id)
-            self.entries[memory.id] = entry
-            self.categories[memory.id] = memory.category
+            doc = len(self.docs)
+            postings = self.postings
+            for term, tf in frequencies.items():
+                posting = postings.get(term)
+                if posting is None:
+                    posting = postings[term] = Posting()
+                    self._changed.add(term)
+                posting.docs.append(doc)
+                posting.weights.append(weights[tf])
+            for term in half.keys() - full.keys():
+                self.partial.setdefault(term, set()).add(doc)
+            self.docs.append(memory)
+            self.categories.append(_CATEGORY_CODES[memory.category])
+            self._content.append(len(full.keys() - STOPWORDS))
+            self._numbers[memory.id] = doc
 
     def remove(self, memory_id: str) -> None:
         """Drop a memory from the index; nothing happens if it is not there."""
         with self.lock:
-            entry = self.entries.pop(memory_id, None)
-            if entry is None:
+            doc = self._numbers.pop(memory_id, None)
+            if doc is None:
                 return
-            del self.categories[memory_id]
-            for term in entry.terms:
+            memory = self.docs[doc]
+            assert memory is not None
+            self.docs[doc] = None
+            self._holes += 1
+            full, half, _ = memory_terms(memory)
+            for term in full.keys() | half.keys():
                 posting = self.postings[term]
-                del posting[memory_id]
-                if not posting:
+                position = posting.position(doc)
+                assert position is not None, "a memory's terms are those it was indexed under"
+                del posting.docs[position]
+                del posting.weights[position]
+                if not posting.docs:
                     del self.postings[term]
                     self._changed.add(term)
                 partial = self.partial.get(term)
                 if partial is not None:
-                    partial.discard(memory_id)
+                    partial.discard(doc)
                     if not partial:
                         del self.partial[term]
+            if self._holes > max(RENUMBER_HOLES, len(self._numbers)):
+                self._renumber()
 
-    def _posting(self, term: str) -> dict[str, float]:
-        """The posting of `term`, made (and the term noted for the vocabulary) if it is new."""
-        posting = self.postings.get(term)
-        if posting is None:
-            posting = self.postings[term] = {}
-            self._changed.add(term)
-        return posting
+    def _renumber(self) -> None:
+        """Number the live documents afresh, 0 up in their order, closing the holes."""
+        kept = [memory is not None for memory in self.docs]
+        numbers = array("I", bytes(4 * len(self.docs)))
+        for new, old in enumerate(itertools.compress(range(len(self.docs)), kept)):
+            numbers[old] = new
+        renumber = numbers.__getitem__
+        for posting in self.postings.values():
+            # The order is kept, so each posting stays sorted.
+            posting.docs = array("I", map(renumber, posting.docs))
+        self.partial = {term: set(map(renumber, docs)) for term, docs in self.partial.items()}
+        self.docs = list(itertools.compress(self.docs, kept))
+        self.categories = bytearray(itertools.compress(self.categories, kept))
+        self._content = array("I", itertools.compress(self._content, kept))
+        self._numbers = {memory.id: doc for doc, memory in enumerate(self.docs) if memory is not None}
+        self._holes = 0
 
     def vocabulary(self) -> list[str]:
         """Every term in the index, sorted: brought up to date with the changes since the last call."""
@@ -228,14 +308,32 @@ class SearchIndex:
         # sorted() is stable, so terms of one length keep their sorted order.
         return exact + sorted(sorted(found[len(exact) :], key=len)[:limit])
 
-    def recency_since_epoch(self, category: str, now: float) -> float:
-        """The decay from the epoch to `now` (epoch seconds): what a search multiplies by."""
-        return recency(category, now - self.epoch)
+    def fading(self, now: float) -> list[float]:
+        """Each category's decay from the epoch to `now` (epoch seconds), by code: what a search applies."""
+        return [recency(category, now - self.epoch) for category in CATEGORIES]
 
-    def level(self, term: str, memory_id: str) -> float:
-        """How fully a memory holds a term: 1, HALF (only as a part or inside a pair), or 0."""
+    def level(self, term: str, doc: int) -> float:
+        """How fully document `doc` holds a term: 1, HALF (only as a part or inside a pair), or 0."""
         posting = self.postings.get(term)
-        if posting is None or memory_id not in posting:
+        if posting is None or posting.position(doc) is None:
             return 0.0
         partial = self.partial.get(term)
-        return HALF if partial is not None and memory_id in partial else 1.0
+        return HALF if partial is not None and doc in partial else 1.0
+
+    def holders(self, term: str) -> dict[str, float]:
+        """Memory id -> weight for each memory holding `term`, to inspect the index."""
+        with self.lock:
+            posting = self.postings.get(term)
+            if posting is None:
+                return {}
+            return {self._id(doc): weight for doc, weight in zip(posting.docs, posting.weights, strict=True)}
+
+    def partly_held(self, term: str) -> set[str]:
+        """The ids of the memories holding `term` only at half (to inspect the index)."""
+        with self.lock:
+            return {self._id(doc) for doc in self.partial.get(term, ())}
+
+    def _id(self, doc: int) -> str:
+        memory = self.docs[doc]
+        assert memory is not None, "postings only hold live documents"
+        return memory.id

@@ -18,14 +18,18 @@ scores at least as high as a prefix-only match on an otherwise identical memory.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
-from collections.abc import Callable
+import operator
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from squirrel_mcp.index import HALF, SECONDS_PER_DAY, SearchIndex, recency
-from squirrel_mcp.models import HALF_LIFE_DAYS, Revision, parse_iso
+from squirrel_mcp.index import HALF, SECONDS_PER_DAY, SearchIndex, memory_terms, recency
+from squirrel_mcp.models import Revision, parse_iso
 from squirrel_mcp.ranking import Candidate
+from squirrel_mcp.text.stopwords import STOPWORDS
 from squirrel_mcp.text.tokens import (
     QueryWord,
     content_words,
@@ -49,6 +53,13 @@ PREFIX = 0.5
 MAX_QUERY_TERMS = 64
 MAX_TERM_EXPANSIONS = 512
 MAX_QUERY_EXPANSIONS = 2048
+
+# A search ranks every SAMPLE-th score first to find a floor for the best (`_cutoff`).
+SAMPLE = 16
+
+# Finding one document in one posting by bisection costs about as much as walking this
+# many of a posting's entries: past that, walking the postings is cheaper.
+PROBE_COST = 8
 
 NO_WORDS_NOTE = (
     "This query has no letter or digit in any script, so it cannot be searched by words. "
@@ -134,54 +145,58 @@ def plan(index: SearchIndex, query: str) -> Plan:
     return Plan(words, matches)
 
 
-def _lexical_scores(
-    index: SearchIndex, wanted: list[QueryWord], held: dict[str, dict[str, float]], chosen: list[str]
-) -> dict[str, float]:
-    """Each chosen memory's lexicalScore: the share of the content words `wanted` it holds.
+def _holding(index: SearchIndex, found: list[str], docs: Collection[int]) -> dict[int, float]:
+    """How fully each of `docs` holds any of `found` (one query term's matches): 1 or HALF; absent, 0.
 
-    `held` maps a term that finds other terms than itself to how fully each memory
-    holds it. Each word walks its memories or the chosen ones, whichever are fewer,
-    so a search that keeps every match costs no more per word than its posting.
+    Probes each document's place in each posting when `docs` are few (the top hits),
+    or walks the postings when they are many (every match, for a ranker).
     """
-    totals = dict.fromkeys(chosen, 0.0)
-
-    def level(term: str, memory_id: str) -> float:
-        """How fully a memory holds a query term in any form it matches: 1, HALF or 0."""
-        table = held.get(term)
-        return index.level(term, memory_id) if table is None else table.get(memory_id, 0.0)
-
-    for word in wanted:
-        if word.parts:
-            for memory_id in chosen:
-                totals[memory_id] += _held(word, level, memory_id)
-            continue
-        table = held.get(word.term)
-        if table is None:
-            # Found by its own spelling alone: held in full, or at half (a part, inside a pair).
-            posting = index.postings.get(word.term, {})
-            partial = index.partial.get(word.term, set())
-            for memory_id in posting if len(posting) < len(totals) else chosen:
-                if memory_id in totals and memory_id in posting:
-                    totals[memory_id] += HALF if memory_id in partial else 1.0
-        elif len(table) < len(totals):
-            for memory_id, value in table.items():
-                if memory_id in totals:
-                    totals[memory_id] += value
+    postings = [index.postings[match] for match in found]
+    if len(docs) * len(postings) * PROBE_COST < sum(map(len, postings)):
+        levels: dict[int, float] = {}
+        for doc in docs:
+            level = max((index.level(match, doc) for match in found), default=0.0)
+            if level:
+                levels[doc] = level
+        return levels
+    wholly: set[int] = set()
+    partly: set[int] = set()
+    for match, posting in zip(found, postings, strict=True):
+        partial = index.partial.get(match)
+        if partial is None:
+            wholly.update(posting.docs)
         else:
-            for memory_id in chosen:
-                totals[memory_id] += table.get(memory_id, 0.0)
-    return {memory_id: total / len(wanted) for memory_id, total in totals.items()}
+            wholly.update(set(posting.docs) - partial)
+            partly.update(partial)
+    levels = dict.fromkeys(partly - wholly, HALF)
+    levels.update(dict.fromkeys(wholly, 1.0))
+    return {doc: levels[doc] for doc in levels.keys() & docs}
 
 
-def _held(word: QueryWord, level: Callable[[str, str], float], memory_id: str) -> float:
-    """How fully a memory holds one hyphenated query word, 0 to 1; `level` says how fully it holds a term."""
-    whole = level(word.term, memory_id)
+def _lexical_scores(
+    index: SearchIndex, wanted: list[QueryWord], matches: dict[str, list[str]], chosen: list[int]
+) -> dict[int, float]:
+    """Each chosen document's lexicalScore: the share of the content words `wanted` it holds."""
+    totals = dict.fromkeys(chosen, 0.0)
+    for word in wanted:
+        whole = _holding(index, matches[word.term], chosen)
+        if not word.parts:
+            for doc, level in whole.items():
+                totals[doc] += level
+            continue
+        parts = [_holding(index, matches[part], chosen) for part in word.parts]
+        for doc in chosen:
+            totals[doc] += _held(whole.get(doc, 0.0), [part.get(doc, 0.0) for part in parts])
+    return {doc: total / len(wanted) for doc, total in totals.items()}
+
+
+def _held(whole: float, parts: list[float]) -> float:
+    """How fully a memory holds a hyphenated query word, 0 to 1, from how fully it holds it and each part."""
     if whole == 1.0:
         return whole
     # A hyphenated query word missing whole still counts half for each part held
     # (a quarter for a part held only at half). It is held in full only when every
     # part is, as words of their own ("pi hole"), so lexicalScore 1 keeps its meaning.
-    parts = [level(part, memory_id) for part in word.parts]
     cap = 1.0 if min(parts) == 1.0 else HALF
     return max(whole, min(cap, HALF * sum(parts)))
 
@@ -206,94 +221,135 @@ def search(
         return Outcome([], 0, NO_WORDS_NOTE)
     with index.lock:
         planned = plan(index, query)
-        words = planned.words
         matches = planned.matches
-        wanted = content_words(words)
+        wanted = content_words(planned.words)
         wanted_terms = {word.term for word in wanted} | {part for word in wanted for part in word.parts}
         # Each distinct term's weight in the query: whole words count fully, hyphen parts half.
-        weights = dict.fromkeys([part for word in words for part in word.parts], HALF)
-        weights.update(dict.fromkeys([word.term for word in words], 1.0))
-        postings = index.postings
-        matched: set[str] = set().union(
-            *(postings[match] for term in wanted_terms for match in matches[term])
-        )
-        if keep is not None:
-            matched = {memory_id for memory_id in matched if keep(index.entries[memory_id].memory)}
-        if not matched:
+        weights = dict.fromkeys([part for word in planned.words for part in word.parts], HALF)
+        weights.update(dict.fromkeys([word.term for word in planned.words], 1.0))
+        # Each term's documents and weights, with how many memories count for its idf.
+        tables = {term: _table(index, term, matches[term]) for term in weights if matches[term]}
+        matched: set[int] | None = None
+        restrict: set[str] = set()
+        if keep is not None or not wanted_terms.issuperset(tables):
+            # Stopwords only add to memories a content word matched, and a filter drops some.
+            matched = set().union(*(tables[term][0] for term in wanted_terms if term in tables))
+            if keep is not None:
+                matched = {doc for doc in matched if keep(_revision(index, doc))}
+            restrict = set(tables) if keep is not None else set(tables) - wanted_terms
+        sums = _scores(index, weights, tables, matched, restrict) if matched is None or matched else {}
+        if not sums:
             return Outcome([], 0)
-        scores = dict.fromkeys(matched, 0.0)
-        # For a content term that finds other terms than itself: how fully each memory
-        # holds it, worked out once, so lexicalScore costs one look-up per hit and term.
-        held: dict[str, dict[str, float]] = {}
-        count = len(index)
-        for term, weight in weights.items():
-            found = matches[term]
-            if not found:
-                continue
-            if found == [term]:
-                posting = postings[term]
-            else:
-                posting = _best_of(postings, term, found)
-                if term in wanted_terms:
-                    held[term] = _levels(index, found)
-            # The memories holding the word in any form it matches.
-            frequency = len(posting)
-            # BM25's inverse document frequency; the rest of its formula is in the posting.
-            gain = weight * math.log(1 + (count - frequency + 0.5) / (frequency + 0.5))
-            if keep is None and term in wanted_terms:
-                # Every memory holding a content term matched: no need to check.
-                for memory_id, impact in posting.items():
-                    scores[memory_id] += gain * impact
-            else:
-                for memory_id in matched.intersection(posting):
-                    scores[memory_id] += gain * posting[memory_id]
-        now_seconds = now.timestamp()
-        fading = {category: index.recency_since_epoch(category, now_seconds) for category in HALF_LIFE_DAYS}
-        categories = index.categories
-        for memory_id, score in scores.items():
-            scores[memory_id] = score * fading[categories[memory_id]]
-        total = len(scores)
-        chosen: list[str] = list(scores)
+        fading = index.fading(now.timestamp())
+        # Each score times its category's decay since the epoch, in one pass.
+        docs = list(sums)
+        decays = map(fading.__getitem__, map(index.categories.__getitem__, docs))
+        scores = list(map(operator.mul, sums.values(), decays))
+        total = len(docs)
         if limit is not None and limit < total:
             # Only the best need lexicalScore; keep every tie of the last one for the tie-break.
-            cutoff = scores[heapq.nlargest(limit, scores, key=scores.__getitem__)[-1]]
-            chosen = [memory_id for memory_id, score in scores.items() if score >= cutoff]
-        shares = _lexical_scores(index, wanted, held, chosen)
-        hits = [
-            Candidate(index.entries[memory_id].memory, scores[memory_id], shares[memory_id])
-            for memory_id in chosen
-        ]
+            cutoff = _cutoff(scores, limit)
+            best = dict(itertools.compress(zip(docs, scores, strict=True), map(cutoff.__le__, scores)))
+        else:
+            best = dict(zip(docs, scores, strict=True))
+        chosen = list(best)
+        shares = _lexical_scores(index, wanted, matches, chosen)
+        hits = [Candidate(_revision(index, doc), best[doc], shares[doc]) for doc in chosen]
     hits.sort(key=lambda hit: (-hit.score, -hit.lexical_score, hit.memory.id))
     return Outcome(hits[:limit], total)
 
 
-def _levels(index: SearchIndex, found: list[str]) -> dict[str, float]:
-    """How fully each memory holds any of `found` (one query term's matches): 1 or HALF."""
-    levels: dict[str, float] = {}
-    for match in found:
-        partial = index.partial.get(match, set())
-        for memory_id in index.postings[match]:
-            if memory_id in partial:
-                levels.setdefault(memory_id, HALF)
-            else:
-                levels[memory_id] = 1.0
-    return levels
+def _cutoff(scores: list[float], limit: int) -> float:
+    """The `limit`-th largest of `scores` (at least that many of them), mostly in C.
 
-
-def _best_of(postings: dict[str, dict[str, float]], term: str, found: list[str]) -> dict[str, float]:
-    """One posting for a query term: each memory's best weight over the terms it matches there.
-
-    The term itself counts in full, a term that only begins with it PREFIX of its weight.
+    The `limit`-th largest of every SAMPLE-th score is no larger, so only the scores
+    at or above it, a few dozen, are ranked one by one.
     """
+    sample = scores[::SAMPLE]
+    if len(sample) >= limit:
+        floor = heapq.nlargest(limit, sample)[-1]
+        scores = list(filter(floor.__le__, scores))
+    return heapq.nlargest(limit, scores)[-1]
+
+
+# A term's documents and their weights, and how many memories count for its idf.
+Table = tuple[Sequence[int] | dict[int, float], Iterable[float], int]
+
+
+def _scores(
+    index: SearchIndex,
+    weights: dict[str, float],
+    tables: dict[str, Table],
+    matched: set[int] | None,
+    restrict: set[str],
+) -> dict[int, float]:
+    """Each matched document's BM25 score: the query terms' idf times the document's weight, summed.
+
+    A term adds to every document in its table, or, when it is in `restrict`, only
+    to those in `matched` (stopwords, and every term of a filtered search). The terms
+    are added in `weights` order, so each sum is the number a term-by-term loop gives.
+    """
+    count = len(index)
+    scores: dict[int, float] = {}
+    for term, weight in weights.items():
+        if term not in tables:
+            continue
+        docs, values, frequency = tables[term]
+        # BM25's inverse document frequency; the rest of its formula is in the weights.
+        gain = weight * math.log(1 + (count - frequency + 0.5) / (frequency + 0.5))
+        if matched is not None and term in restrict:
+            table = dict(zip(docs, values, strict=True))
+            docs = list(table.keys() & matched)
+            values = map(table.__getitem__, docs)
+        part = dict(zip(docs, map(gain.__mul__, values), strict=True))
+        if scores:
+            # Where two terms meet the two are added (this sum first); the rest is merged as is.
+            both = list(part.keys() & scores.keys())
+            sums = map(operator.add, map(scores.__getitem__, both), map(part.__getitem__, both))
+            part.update(zip(both, sums, strict=True))
+            scores.update(part)
+        else:
+            scores = part
+    return scores
+
+
+def _table(index: SearchIndex, term: str, found: list[str]) -> Table:
+    """One query term's documents and weights, and how many memories count for its idf.
+
+    For a term found by its own spelling alone, its posting. Otherwise each memory's
+    best weight over the terms it matches there: the term itself counts in full, a
+    term that only begins with it PREFIX of its weight. The memories holding the
+    word in any form it matches count for its idf, except where every such form
+    weighs nothing (a decay run down to zero), as a term-by-term maximum leaves them out.
+    """
+    if found == [term]:
+        posting = index.postings[term]
+        return posting.docs, posting.weights, len(posting)
     # `found` is sorted, so the term itself, when the index holds it, comes first.
     exact = found[0] == term
-    best = dict(postings[term]) if exact else {}
+    best = index.postings[term].table() if exact else {}
+    weightless = False
     for match in found[1:] if exact else found:
-        for memory_id, impact in postings[match].items():
-            weight = PREFIX * impact
-            if weight > best.get(memory_id, 0.0):
-                best[memory_id] = weight
-    return best
+        posting = index.postings[match]
+        longer = dict(zip(posting.docs, map(PREFIX.__mul__, posting.weights), strict=True))
+        weightless = weightless or not min(longer.values()) > 0.0
+        # Where the memory holds both, the larger weight.
+        both = list(best.keys() & longer.keys())
+        larger = map(max, map(best.__getitem__, both), map(longer.__getitem__, both))
+        longer.update(zip(both, larger, strict=True))
+        best.update(longer)
+    frequency = len(best)
+    if weightless:
+        held = set(index.postings[term].docs) if exact else set()
+        frequency -= sum(1 for doc, weight in best.items() if weight == 0.0 and doc not in held)
+    return best, best.values(), frequency
+
+
+def _revision(index: SearchIndex, doc: int) -> Revision:
+    """The revision of a live document."""
+    memory = index.docs[doc]
+    assert memory is not None, "postings only hold live documents"
+    return memory
 
 
 def likely_duplicates(index: SearchIndex, new: Revision, limit: int = 3) -> list[Candidate]:
@@ -302,20 +358,24 @@ def likely_duplicates(index: SearchIndex, new: Revision, limit: int = 3) -> list
     Each comes with that share (Jaccard overlap of content words) as both its scores.
     `new` must already be in the index (the store indexes every saved revision).
     """
+    words = memory_terms(new)[0].keys() - STOPWORDS
     with index.lock:
-        words = set(index.entries[new.id].content)
+        own = index.number(new.id)
+        assert own is not None, "the store indexes every saved revision"
         # An overlap of 1/2 needs at least half of `words` shared, so a duplicate holds one
         # of the len // 2 + 1 rarest (prefix filtering, Chaudhuri, Ganti & Kaushik, 2006):
         # the common words ("user") then never make every memory a candidate.
         rarest = sorted(words, key=lambda term: (len(index.postings[term]), term))[: len(words) // 2 + 1]
-        candidates: set[str] = set().union(*(index.postings[term] for term in rarest))
-        candidates.discard(new.id)
+        candidates: set[int] = set().union(*(index.postings[term].docs for term in rarest))
+        candidates.discard(own)
+        # How many of `words` each candidate holds in full (its content words are its full terms).
+        shared: Counter[int] = Counter()
+        for term in words:
+            shared.update(doc for doc, level in _holding(index, [term], candidates).items() if level == 1.0)
         found = []
-        for memory_id in candidates:
-            entry = index.entries[memory_id]
-            shared = len(words.intersection(entry.content))
-            overlap = shared / (len(words) + len(entry.content) - shared)
+        for doc, count in shared.items():
+            overlap = count / (len(words) + index.content_count(doc) - count)
             if overlap >= 0.5:
-                found.append(Candidate(entry.memory, overlap, overlap))
+                found.append(Candidate(_revision(index, doc), overlap, overlap))
     found.sort(key=lambda hit: (-hit.score, hit.memory.id))
     return found[:limit]

@@ -88,6 +88,12 @@ _WORD_CHAR = rf"(?:[^\W_]|[{_MARKS}])"
 # Hyphen-minus, hyphen and non-breaking hyphen join the parts of one word.
 _HYPHENS = "-\u2010\u2011"
 _CHUNK = re.compile(rf"{_WORD_CHAR}+(?:[{_HYPHENS}]{_WORD_CHAR}+)*")
+# `_CHUNK` on ASCII text, where a word character is a letter or digit and the hyphen-minus
+# is the only hyphen: the same chunks, found several times faster.
+_ASCII_CHUNK = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+# Without a hyphen, those chunks are the runs of letters and digits: every other ASCII
+# character made a space, a split finds them faster still.
+_ASCII_SPACES = str.maketrans(dict.fromkeys([c for c in map(chr, range(128)) if not c.isalnum()], " "))
 _PAIR_RUN = re.compile(rf"[{_char_class(list(_PAIR_RANGES))}]+")
 _HYPHEN_SPLIT = re.compile(f"[{_HYPHENS}]")
 _MARK = re.compile(f"[{_MARKS}]")
@@ -172,9 +178,12 @@ class Terms:
 
 def document_terms(text: str) -> Terms:
     """The terms a memory's field is found by, repeated as often as they occur."""
+    folded = fold(text)
+    if folded.isascii():
+        return _ascii_terms(folded)
     full: list[str] = []
     half: list[str] = []
-    for chunk in _CHUNK.findall(fold(text)):
+    for chunk in _CHUNK.findall(folded):
         if _PAIR_RUN.search(chunk):
             for word in _split_pair_runs(chunk):
                 if _PAIR_RUN.fullmatch(word):
@@ -188,6 +197,23 @@ def document_terms(text: str) -> Terms:
         full.append("".join(parts))
         if len(parts) > 1:
             half.extend(parts)
+    return Terms(full, half)
+
+
+def _ascii_terms(folded: str) -> Terms:
+    """`document_terms` of folded ASCII text: no pair-script runs, "-" the only hyphen."""
+    if "-" not in folded:
+        return Terms(folded.translate(_ASCII_SPACES).split(), [])
+    chunks = _ASCII_CHUNK.findall(folded)
+    full: list[str] = []
+    half: list[str] = []
+    for chunk in chunks:
+        if "-" in chunk:
+            parts = chunk.split("-")
+            full.append("".join(parts))
+            half.extend(parts)
+        else:
+            full.append(chunk)
     return Terms(full, half)
 
 
