@@ -68,8 +68,13 @@ def mean_pool(hidden: npt.NDArray[np.float32], mask: npt.NDArray[np.int64]) -> V
 class Embedder:
     """A started model: tokenizer and inference session built from checked bytes."""
 
-    def __init__(self, manifest: Manifest, files: dict[str, bytes]) -> None:
-        """Start the runtime on `files` (already checked); ModelNotLoaded("runtime") if it cannot."""
+    def __init__(self, manifest: Manifest, files: dict[str, bytes], threads: int | None = None) -> None:
+        """Start the runtime on `files` (already checked); ModelNotLoaded("runtime") if it cannot.
+
+        `threads`: how many threads one inference may use (None: the runtime's default,
+        one per core). Concurrent `embed` calls are safe; each runs on its caller's thread
+        when `threads` is 1.
+        """
         self.manifest = manifest
         runtime = import_runtime()
         try:
@@ -84,6 +89,11 @@ class Embedder:
             tokenizer.enable_padding(pad_id=pad_id, pad_token=manifest.pad_token)
             options = runtime.SessionOptions()
             options.log_severity_level = 3  # errors only: the runtime must not write to stderr per call
+            if threads is not None:
+                options.intra_op_num_threads = threads
+                options.inter_op_num_threads = threads
+            # No arena: it keeps the largest batch's buffers for the whole session.
+            options.enable_cpu_mem_arena = False
             session = runtime.InferenceSession(
                 files[manifest.onnx_file], sess_options=options, providers=["CPUExecutionProvider"]
             )
@@ -122,12 +132,15 @@ class Embedder:
         return out
 
 
-def load(manifest_path: Path | None = None, directory: Path | None = None) -> Embedder:
+def load(
+    manifest_path: Path | None = None, directory: Path | None = None, threads: int | None = None
+) -> Embedder:
     """Check the model files against the packaged manifest and start the model on those bytes.
 
-    directory defaults to SQUIRREL_MEMORY_MODEL_DIR, else the package's model/.
+    directory defaults to SQUIRREL_MEMORY_MODEL_DIR, else the package's model/;
+    `threads` is the runtime's threads per inference (None: its default).
     Raises ModelNotLoaded with reason manifest, missing, integrity or runtime.
     """
     manifest = read_manifest(manifest_path or PACKAGED_MODEL_DIR / MANIFEST_NAME)
     files = read_checked(manifest, directory or model_dir())
-    return Embedder(manifest, files)
+    return Embedder(manifest, files, threads)

@@ -115,7 +115,7 @@ class VectorTable:
         if vectors.shape != (len(pairs), self.dimensions):
             raise ValueError("one vector per memory, of the model's dimensions")
         new = sum(1 for memory_id, _ in pairs if memory_id not in self._row)
-        self._reserve(self._count + new)
+        self.reserve(self._count + new)
         for (memory_id, revision), vector in zip(pairs, vectors, strict=True):
             row = self._row.get(memory_id)
             if row is None:
@@ -157,7 +157,8 @@ class VectorTable:
         self.revisions.pop()
         self._count = last
 
-    def _reserve(self, needed: int) -> None:
+    def reserve(self, needed: int) -> None:
+        """Make room for `needed` rows in all (growing by doubling when a put needs more)."""
         if needed <= len(self._rows):
             return
         grown = np.zeros((max(needed, 2 * len(self._rows), 64), self.dimensions), dtype=np.float32)
