@@ -161,6 +161,8 @@ class Hybrid:
         self._stopping = threading.Event()
         self._warm_seconds = 0.0
         self._warm_count = 0
+        # Memories taken off the queue whose vectors are not stored yet.
+        self._in_flight = 0
         self.failed = False
         # Set by close(): no search ranks and no file is written afterwards.
         self._closed = False
@@ -225,6 +227,7 @@ class Hybrid:
             memory_id = self._queue.popleft()
             if memory_id in self.pending:
                 batch[memory_id] = self.live[memory_id]
+        self._in_flight += len(batch)
         return list(batch.values())
 
     def _store(self, batch: Sequence[Revision], made: vectors.Matrix) -> None:
@@ -243,8 +246,16 @@ class Hybrid:
         for n in kept:
             del self.pending[batch[n].id]
         self.embedded += len(kept)
+        self._in_flight -= len(batch)
         self._dirty = self._dirty or bool(kept)
         self._stored.notify_all()
+
+    def _give_back(self, batch: Sequence[Revision]) -> None:
+        """A batch that was not embedded goes back to the front of the queue."""
+        with self._lock:
+            self._in_flight -= len(batch)
+            self._queue.extendleft(reversed([memory.id for memory in batch]))
+            self._stored.notify_all()
 
     def _embed(self, batch: Sequence[Revision]) -> vectors.Matrix:
         """The batch's vectors, outside the lock (searches go on); counts the time for the estimate."""
@@ -283,6 +294,7 @@ class Hybrid:
             try:
                 made = self._embed(batch)
             except Exception:
+                self._give_back(batch)
                 self._runtime_failed()
                 return
             with self._lock:
@@ -321,10 +333,18 @@ class Hybrid:
                 if not batch:
                     if not self.pending or self.failed or self._closed:
                         break
-                    # The warm-up thread holds the rest: wait for it to store them.
-                    self._stored.wait(timeout=1.0)
+                    if self._in_flight:
+                        # The warm-up thread holds the rest: wait for it to store them.
+                        self._stored.wait()
+                    else:
+                        # Pending yet queued nowhere cannot happen; if it did, queue them again.
+                        self._queue.extend(self.pending)
                     continue
-            made = self._embed(batch)
+            try:
+                made = self._embed(batch)
+            except BaseException:
+                self._give_back(batch)
+                raise
             with self._lock:
                 self._store(batch, made)
         with self._lock:
