@@ -25,7 +25,7 @@ from squirrel_mcp.memories import MemoryStore
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp_embeddings import plugin
 from squirrel_mcp_embeddings.integrity import PACKAGED_MODEL_DIR
-from tests.conftest import PASSPHRASE, call, needs_model, server_params
+from tests.conftest import PASSPHRASE, call, needs_model, search_when, server_params
 
 pytestmark = [
     pytest.mark.anyio,
