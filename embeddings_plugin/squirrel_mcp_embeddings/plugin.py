@@ -511,11 +511,11 @@ class Hybrid:
             with self._lock:
                 if self._closed or not self._dirty or not self._writable:
                     return
-                # A copy, so searches go on while it is sealed and written.
-                snapshot = self.table.copy()
+                # The file's bytes (one copy of the rows), so searches go on while it is sealed and written.
+                plaintext = self.table.plaintext(self.stamp)
                 self._dirty = False
             try:
-                vectors.save(self.path, snapshot, self._key, self._memories.account_id, self.stamp)
+                vectors.seal_and_write(self.path, plaintext, self._key, self._memories.account_id)
             except OSError:
                 self._writable = False
                 self._notice(UNWRITABLE)
