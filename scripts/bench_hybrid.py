@@ -196,7 +196,7 @@ def report(rows: list[dict[str, float]], speed: dict[str, float], rss_model: flo
         f"- Embedding memories (the warm-up's work): {per_memory:.2f} ms per memory in batches of "
         f"{plugin.WARM_UP_BATCH}, measured on {speed['count']:,} recall-corpus memories with the runtime's "
         f"default threads; so 5,000 memories take about {5000 * per_memory / 1000:.0f} s. The warm-up runs "
-        "in the background on one thread; its timeline is in warmup.md.",
+        "in the background on one thread; its timeline is in docs/benchmarks/warmup.md.",
         "- A search is the server's two steps: `search.search` over every word match (an installed ranker "
         "gets them all), then the plugin's `rank_memories` (query embedded, one matrix product, fused order, "
         "limit 10). The MCP round trip over stdio is not included. Queries: the recall set's "
@@ -221,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args(argv)
-    model = embedder.load()
+    model = embedder.load(threads=plugin.RUNTIME_THREADS)
     rss_model = peak_rss_mb()
     queries = [query["query"] for query in json.loads((RECALL / "queries.json").read_text(encoding="utf-8"))]
     corpus = corpus_memories(500)
