@@ -130,14 +130,24 @@ class VectorTable:
     def copy(self) -> VectorTable:
         """An independent copy (to write while the original keeps changing)."""
         other = VectorTable(self.dimensions)
-        other._fill(list(self.ids), list(self.revisions), self.matrix())
+        other._fill(list(self.ids), list(self.revisions), self.matrix().copy())
         return other
 
     def _fill(self, ids: list[str], revisions: list[int], rows: Matrix) -> None:
-        """Load an empty table in one step (reading the file: no per-row Python work on the matrix)."""
+        """Load an empty table in one step (reading the file: no per-row Python work on the matrix).
+
+        `rows` becomes the table's matrix as it is when it is a writable, aligned float32
+        array of its own (a file's rows, decrypted in place): no copy. Otherwise it is copied.
+        """
         if len(set(ids)) != len(ids) or len(revisions) != len(ids):
             raise ValueError("rows")
-        self._rows = np.ascontiguousarray(rows, dtype=np.float32).copy()
+        usable = (
+            rows.dtype == np.float32
+            and rows.flags.c_contiguous
+            and rows.flags.aligned
+            and rows.flags.writeable
+        )
+        self._rows = rows if usable else np.ascontiguousarray(rows, dtype=np.float32).copy()
         self._count = len(ids)
         self.ids, self.revisions = ids, revisions
         self._row = {memory_id: n for n, memory_id in enumerate(ids)}
@@ -158,10 +168,16 @@ class VectorTable:
         self._count = last
 
     def reserve(self, needed: int) -> None:
-        """Make room for `needed` rows in all (growing by doubling when a put needs more)."""
+        """Make room for `needed` rows in all.
+
+        A put that needs more grows the matrix by an eighth (as Python's lists grow), not by
+        doubling: at 100,000 memories one more memory must not allocate room for 200,000.
+        """
         if needed <= len(self._rows):
             return
-        grown = np.zeros((max(needed, 2 * len(self._rows), 64), self.dimensions), dtype=np.float32)
+        grown = np.zeros(
+            (max(needed, len(self._rows) + len(self._rows) // 8, 64), self.dimensions), dtype=np.float32
+        )
         grown[: self._count] = self._rows[: self._count]
         self._rows = grown
 
@@ -187,6 +203,9 @@ class VectorTable:
         ).encode()
         rows = self.matrix()
         at = len(HEADER) + crypto.SEALED_PREFIX
+        # Spaces after the JSON (still valid JSON) so the rows start at a multiple of 4 in the
+        # file: a reader can then use them where they were decrypted, without a copy.
+        meta += b" " * (-(at + 4 + len(meta)) % 4)
         buffer = bytearray(at + 4 + len(meta) + rows.nbytes + crypto.TAG_BYTES)
         buffer[: len(HEADER)] = HEADER
         buffer[at : at + 4 + len(meta)] = struct.pack(">I", len(meta)) + meta
