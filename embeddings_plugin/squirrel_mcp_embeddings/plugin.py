@@ -352,11 +352,6 @@ class Hybrid:
         if dirty:
             self._save_soon()
 
-    def coverage(self) -> Progress:
-        """How many memories are searchable by meaning (have a current vector), out of all of them."""
-        with self._lock:
-            return Progress(len(self.live) - len(self.pending), len(self.live))
-
     def _note(self, progress: Progress) -> str:
         """A search's note while the warm-up is not done: how far, about how long still. Under the lock."""
         left = progress.total - progress.done
