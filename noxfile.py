@@ -258,6 +258,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "scripts/bench_search.py", "--crafted")
     session.run("python", "scripts/bench_hybrid.py")
     session.run("python", "scripts/bench_embed.py")
+    session.run("python", "scripts/bench_warmup.py")
     with postgres_for_tests(session):
         session.run("python", "scripts/bench_sync.py")
 

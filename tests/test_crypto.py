@@ -94,3 +94,19 @@ def test_a_derived_key_is_hkdf_sha256_under_the_purpose_label() -> None:
     # A known answer: vector files written before must still open, so the derivation never changes.
     expected = "5ac8245003d2640cc8afe5716ab2a9131e5c05ef849b8336c7115a08d93fa8f4"
     assert crypto.derive_key(KEY, "memory-vectors").hex() == expected
+
+
+def test_sealing_in_place_is_seal_without_the_copies() -> None:
+    plaintext = b"a large vector file, say" * 10
+    room = bytearray(crypto.SEALED_PREFIX) + bytearray(plaintext) + bytearray(crypto.TAG_BYTES)
+    crypto.seal_in_place(KEY, memoryview(room), b"ad")
+    assert plaintext not in room and len(room) == len(crypto.seal(KEY, plaintext, b"ad"))
+    assert crypto.open_sealed(KEY, bytes(room), b"ad") == plaintext
+    sealed = bytearray(crypto.seal(KEY, plaintext, b"ad"))
+    assert bytes(crypto.open_in_place(KEY, memoryview(sealed), b"ad")) == plaintext
+    for broken, ad in (
+        (bytearray(crypto.seal(KEY, plaintext, b"ad")), b"other"),
+        (bytearray(b"\x01" * 20), b"ad"),
+    ):
+        with pytest.raises(crypto.DecryptionError):
+            crypto.open_in_place(KEY, memoryview(broken), ad)

@@ -213,6 +213,13 @@ def store(tmp_path: Path) -> MemoryStore:
     return MemoryStore.create(LocalVault(tmp_path / "v", create=True), "passphrase", kdf=cheap)
 
 
+def warmed(hybrid: plugin.Hybrid) -> plugin.Hybrid:
+    """Every memory embedded and the file written."""
+    hybrid.warm_all()
+    hybrid.flush()
+    return hybrid
+
+
 class Flushing(plugin.Hybrid):
     """The plugin's Hybrid, waiting after each search until the vector file is written."""
 
@@ -258,8 +265,9 @@ def test_the_vector_file_is_sealed_owner_only_and_survives_a_restart(
     path = tmp_path / "cache" / "squirrel-notes" / f"memory-vectors-{store.account_id}.bin"
     model, lines = CountingModel(), []
     hybrid = open_hybrid(store, path, model, lines)
+    hybrid.warm_all()
     answer = hybrid.rank("anything", [], 0, options())
-    assert answer is not None and answer.ranking == "hybrid" and len(model.texts) == 1 + 5
+    assert answer is not None and answer.ranking == "hybrid" and len(model.texts) == 5 + 1
     data = path.read_bytes()
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
@@ -280,15 +288,15 @@ def test_the_vector_file_is_sealed_owner_only_and_survives_a_restart(
 def test_a_tampered_or_foreign_file_is_discarded_and_rebuilt(store: MemoryStore, tmp_path: Path) -> None:
     save_many(store, 3)
     path = tmp_path / "vectors.bin"
-    open_hybrid(store, path, CountingModel(), []).rank("q", [], 0, options())
+    warmed(open_hybrid(store, path, CountingModel(), []))
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 1
     path.write_bytes(bytes(data))
     model, lines = CountingModel(), []
     hybrid = open_hybrid(store, path, model, lines)
     assert lines == [plugin.REBUILT] and len(hybrid.pending) == 3
-    hybrid.rank("q", [], 0, options())
-    assert len(model.texts) == 1 + 3
+    warmed(hybrid)
+    assert len(model.texts) == 3
     # Rebuilt: the next start reads it without a line.
     quiet: list[str] = []
     assert len(open_hybrid(store, path, CountingModel(), quiet).table) == 3 and quiet == []
@@ -300,7 +308,7 @@ def test_a_tampered_or_foreign_file_is_discarded_and_rebuilt(store: MemoryStore,
 def test_a_new_model_manifest_or_recipe_embeds_everything_again(store: MemoryStore, tmp_path: Path) -> None:
     save_many(store, 4)
     path = tmp_path / "vectors.bin"
-    open_hybrid(store, path, CountingModel(), []).rank("q", [], 0, options())
+    warmed(open_hybrid(store, path, CountingModel(), []))
     for changed in (
         vectors.Stamp("another model", STAMP.manifest_sha256, STAMP.recipe, DIMENSIONS),
         vectors.Stamp(STAMP.model, "1" * 64, STAMP.recipe, DIMENSIONS),
@@ -316,12 +324,13 @@ def test_changing_a_memory_re_embeds_only_that_memory(store: MemoryStore, tmp_pa
     path = tmp_path / "vectors.bin"
     model = CountingModel()
     hybrid = open_hybrid(store, path, model, [])
-    hybrid.rank("q", [], 0, options())
+    warmed(hybrid)
     model.texts.clear()
     store.update(saved[2].id, changes={"keywords": ["lunch"]}, reason="more words")
     store.delete(saved[4].id, reason=None)
+    hybrid.warm_all()
     answer = hybrid.rank("q", [], 0, options())
-    assert model.texts == ["q", "user: memory number 2 (lunch)"]
+    assert model.texts == ["user: memory number 2 (lunch)", "q"]
     assert answer is not None and saved[4].id not in {hit.memory_id for hit in answer.hits}
     assert len(hybrid.table) == 5
     # And the file, read at the next start, holds the new revision.
@@ -329,37 +338,78 @@ def test_changing_a_memory_re_embeds_only_that_memory(store: MemoryStore, tmp_pa
     assert restarted.table.revision(saved[2].id) == 2 and saved[4].id not in restarted.table
 
 
-def test_warm_up_stops_at_its_bound_and_the_rest_have_no_semantic_score(
+def test_a_search_during_the_warm_up_embeds_only_its_query_and_says_how_far(
     store: MemoryStore, tmp_path: Path
 ) -> None:
-    saved = save_many(store, 300)
-    model = CountingModel(seconds_per_batch=1.0)  # each batch of 32 "takes" 1 s
+    saved = save_many(store, 40)
+    model = CountingModel()
     hybrid = open_hybrid(store, tmp_path / "v.bin", model, [])
-    first = store.index.memory(saved[0].id)
-    assert first is not None
-    words = [Candidate(first, 1.0, 0.5)]
-    answer = hybrid.rank("memory", words, 1, options(limit=50))
-    assert answer is not None
-    # 8 s in all: the query (1 s), then 7 batches of 32 (the word match in the first), never more.
-    assert len(model.texts) == 1 + 32 * 7 and model.texts[1] == plugin.recipe(first)
-    assert len(hybrid.pending) == 300 - 32 * 7
-    by_id = {hit.memory_id: hit for hit in answer.hits}
-    assert by_id[first.id].semantic_score is not None
-    # A word match not yet embedded keeps score <= 0.3 / 2 and semanticScore None.
-    late = next(m for m in saved if m.id in hybrid.pending)
-    late_memory = store.index.memory(late.id)
-    assert late_memory is not None
-    late_answer = hybrid._fused(
-        model.embed(["memory"])[0],
-        [Candidate(late_memory, 1.0, 0.5)],
-        1,
-        options(300),
+    # Half embedded (as by the warm-up thread), the word match among the other half.
+    hybrid.table.put_many(
+        ((m.id, m.revision) for m in saved[:20]), model.embed([plugin.recipe(m) for m in saved[:20]])
     )
-    late_hit = next(hit for hit in late_answer.hits if hit.memory_id == late.id)
-    assert late_hit.semantic_score is None and late_hit.score <= 0.3 / 2
-    # A later search embeds the rest.
-    hybrid.rank("memory", [], 0, options())
-    assert not hybrid.pending
+    for m in saved[:20]:
+        del hybrid.pending[m.id]
+    model.texts.clear()
+    late = store.index.memory(saved[30].id)
+    assert late is not None
+    answer = hybrid.rank("memory", [Candidate(late, 1.0, 0.5)], 1, options(limit=50))
+    assert answer is not None and answer.ranking == "hybrid"
+    assert model.texts == ["memory"]
+    # Meaning over the 20 embedded (floor -1: every one a member), the word match by words only.
+    by_id = {hit.memory_id: hit for hit in answer.hits}
+    assert {m.id for m in saved[:20]} | {late.id} == set(by_id)
+    assert by_id[late.id].semantic_score is None and by_id[late.id].score <= 0.3 / 2
+    assert answer.progress == plugin.Progress(20, 40)
+    assert answer.note is not None and "20 of 40 memories are searchable by meaning" in answer.note
+    assert (
+        check_ranking(answer, [Candidate(late, 1.0, 0.5)], options(limit=50), MemoryReader(store).get) is None
+    )
+    # The word match is embedded next.
+    assert hybrid._queue[0] == late.id
+    hybrid.warm_all()
+    done = hybrid.rank("memory", [Candidate(late, 1.0, 0.5)], 1, options(limit=50))
+    assert done is not None and done.note is None and done.progress is None
+    assert {hit.memory_id: hit for hit in done.hits}[late.id].semantic_score is not None
+
+
+def test_the_warm_up_thread_embeds_everything_and_writes_the_file(store: MemoryStore, tmp_path: Path) -> None:
+    saved = save_many(store, 50)
+    path = tmp_path / "v.bin"
+    model = CountingModel()
+    hybrid = open_hybrid(store, path, model, [])
+    hybrid.start_warm_up()
+    hybrid.warm_all()  # returns once nothing is pending, whichever thread embedded what
+    assert not hybrid.pending and len(hybrid.table) == 50
+    assert sorted(model.texts) == sorted(plugin.recipe(m) for m in saved)
+    # A change later is embedded by the thread without a search.
+    store.update(saved[3].id, changes={"keywords": ["tea"]}, reason=None)
+    hybrid.warm_all()
+    assert hybrid.table.revision(saved[3].id) == 2
+    hybrid.stop_warm_up()
+    assert hybrid._warmer is not None and not hybrid._warmer.is_alive()
+    hybrid.flush()
+    assert len(open_hybrid(store, path, CountingModel(), []).table) == 50
+
+
+def test_a_memory_changed_while_embedded_is_embedded_again(store: MemoryStore, tmp_path: Path) -> None:
+    saved = save_many(store, 3)
+    model = CountingModel()
+    hybrid = open_hybrid(store, tmp_path / "v.bin", model, [])
+    with hybrid._lock:
+        batch = hybrid._next_batch()
+    made = model.embed([plugin.recipe(m) for m in batch])
+    store.update(saved[1].id, changes={"text": "changed meanwhile"}, reason=None)
+    with hybrid._lock:
+        hybrid._store(batch, made)
+    assert list(hybrid.pending) == [saved[1].id] and saved[1].id not in hybrid.table
+    hybrid.warm_all()
+    assert hybrid.table.revision(saved[1].id) == 2 and model.texts[-1] == "user: changed meanwhile"
+
+
+def test_the_note_estimates_the_time_left_from_the_pace_so_far() -> None:
+    assert plugin._duration(0.2) == "1 s" and plugin._duration(42) == "42 s"
+    assert plugin._duration(600) == "10 min" and plugin._duration(4 * 3600) == "4.0 h"
 
 
 def test_a_search_that_finds_another_busy_answers_lexically_within_the_bound(
@@ -393,17 +443,19 @@ def test_an_unwritable_file_keeps_vectors_in_memory_with_one_line(store: MemoryS
     blocked.write_text("a file where the directory should be")
     model, lines = CountingModel(), []
     hybrid = open_hybrid(store, blocked / "squirrel-notes" / "v.bin", model, lines)
+    warmed(hybrid)
     assert hybrid.rank("q", [], 0, options()) is not None
     save_many(store, 1)
+    warmed(hybrid)
     assert hybrid.rank("q", [], 0, options()) is not None
     assert lines == [plugin.UNWRITABLE] and len(hybrid.table) == 3
-    assert len(model.texts) == 2 + 3
+    assert len(model.texts) == 3 + 2
 
 
 def test_meaning_only_hits_pass_the_filters_and_the_servers_check(store: MemoryStore, tmp_path: Path) -> None:
     saved = save_many(store, 5)
     store.update(saved[1].id, changes={"tags": ["keep"]}, reason=None)
-    hybrid = open_hybrid(store, tmp_path / "v.bin", CountingModel(), [])
+    hybrid = warmed(open_hybrid(store, tmp_path / "v.bin", CountingModel(), []))
     reader = MemoryReader(store)
 
     filtered = RankOptions(10, True, None, ("keep",), datetime.now(UTC))

@@ -203,6 +203,29 @@ def test_file_swapped_after_the_check_is_never_loaded(
     np.testing.assert_array_equal(loaded.embed(texts), model.embed(texts))
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="sealed anonymous files are Linux's")
+def test_the_runtime_reads_a_sealed_copy_of_the_checked_bytes() -> None:
+    """The runtime gets a path to the checked bytes, which nobody can change any more, and
+    the caller's dict no longer holds them (so they are not kept alive twice)."""
+    seen: dict[str, bytes] = {}
+
+    class Runtime:
+        @staticmethod
+        def InferenceSession(path: str, sess_options: object, providers: list[str]) -> str:
+            seen["read"] = Path(path).read_bytes()
+            descriptor = os.open(path, os.O_RDWR)
+            try:
+                with pytest.raises(PermissionError):
+                    os.write(descriptor, b"swapped")
+            finally:
+                os.close(descriptor)
+            return "session"
+
+    files = {"model.onnx": b"the checked bytes", "tokenizer.json": b"{}"}
+    assert embedder_module.start_session(Runtime, files, "model.onnx", None) == "session"  # type: ignore[arg-type]
+    assert seen["read"] == b"the checked bytes" and files == {"tokenizer.json": b"{}"}
+
+
 def test_unloadable_runtime_is_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
     # None in sys.modules makes `import onnxruntime` raise ImportError, as a platform
     # without a runtime binary (an Intel Mac) would.

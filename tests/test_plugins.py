@@ -6,6 +6,7 @@ Throwaway plugins are small classes registered in a fixture and unregistered in
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import re
@@ -18,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from squirrel_mcp import crypto, hookspecs, plugins
+from squirrel_mcp import crypto, hookspecs, plugins, server
 from squirrel_mcp.config import Config
 from squirrel_mcp.memories import MemoryReader, MemoryStore
 from squirrel_mcp.models import Revision
-from squirrel_mcp.ranking import Candidate, RankedHit, Ranking, RankOptions
+from squirrel_mcp.ranking import MAX_NOTE_CHARS, Candidate, Progress, RankedHit, Ranking, RankOptions
 from squirrel_mcp.storage.local import LocalVault
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -178,6 +179,33 @@ def test_hook_rank_memories(
     assert [h.memory_id for h in ranked.hits] == [c.memory.id for c in reversed(candidates)][:2]
     query, count, chosen = ranker.calls[-1]
     assert (query, count, chosen.limit, chosen.near_misses) == (SECRET, 3, 2, False)
+
+
+def test_a_rankers_note_and_progress_reach_the_search_result(
+    host: plugins.PluginHost, register: Callable[[object, str], None], store: MemoryStore, tmp_path: Path
+) -> None:
+    for text in ("one", "two"):
+        save(store, text)
+    note = "Half of the memories are ready so far."
+
+    class Preparing(Reverse):
+        @hookspecs.hookimpl
+        def rank_memories(self, query: str, candidates: Sequence[Candidate], options: RankOptions) -> Ranking:
+            answer = super().rank_memories(query, candidates, options)
+            return dataclasses.replace(answer, note=note, progress=Progress(1, 2))
+
+    register(Preparing(), "preparing")
+    host.start(config(tmp_path), store)
+    wait_for(lambda: rank(host, store)[0].ranking == "hybrid")
+    heard: list[tuple[Progress, str | None]] = []
+    now = datetime.now(UTC)
+    result = server.run_search(
+        store, host, "one", limit=5, now=now, progress=lambda p, m: heard.append((p, m))
+    )
+    assert result.ranking == "hybrid" and result.note == note
+    assert heard == [(Progress(1, 2), note)]
+    # After the server's own note (a query no word of which can match).
+    assert server.run_search(store, host, "?!", limit=5, now=now).note == f"{server.MEANING_ONLY_NOTE} {note}"
 
 
 def test_a_ranker_returning_none_defers_to_the_next_and_then_lexical(
@@ -373,6 +401,10 @@ def garbage(kind: str, candidates: Sequence[Candidate], limit: int) -> object:
         "near-miss flag": Ranking(
             [RankedHit(first.memory.id, 1.0, first.lexical_score, None, 1)], 1, "hybrid"
         ),  # type: ignore[arg-type]
+        "long note": Ranking([good], 1, "hybrid", note="x" * (MAX_NOTE_CHARS + 1)),
+        "empty note": Ranking([good], 1, "hybrid", note=""),
+        "progress past its total": Ranking([good], 1, "hybrid", progress=Progress(3, 2)),
+        "progress not a Progress": Ranking([good], 1, "hybrid", progress=(1, 2)),  # type: ignore[arg-type]
     }
     return answers[kind]
 
@@ -396,6 +428,10 @@ GARBAGE = [
     "out of order",
     "unasked near miss",
     "near-miss flag",
+    "long note",
+    "empty note",
+    "progress past its total",
+    "progress not a Progress",
 ]
 
 

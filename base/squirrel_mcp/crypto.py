@@ -19,6 +19,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
+from Crypto.Cipher import AES
 from Crypto.Hash import SHA256
 from Crypto.Protocol.KDF import HKDF, scrypt
 from cryptography.exceptions import InvalidTag
@@ -123,6 +124,45 @@ def open_sealed(key: bytes, blob: bytes, associated_data: bytes) -> bytes:
         return AESGCM(key).decrypt(blob[1 : 1 + NONCE_BYTES], blob[1 + NONCE_BYTES :], associated_data)
     except InvalidTag as error:
         raise DecryptionError("sealed blob failed authentication") from error
+
+
+# What `seal` puts before the ciphertext (version byte, nonce), and after it (the tag).
+SEALED_PREFIX = 1 + NONCE_BYTES
+SEALED_OVERHEAD = SEALED_PREFIX + TAG_BYTES
+
+
+def seal_in_place(key: bytes, blob: memoryview, associated_data: bytes) -> None:
+    """`seal` without copying the plaintext: for large blobs (a vector file).
+
+    `blob` holds SEALED_PREFIX bytes of room, the plaintext, TAG_BYTES of room; on
+    return it holds exactly what `seal` returns for that plaintext (a fresh nonce).
+    """
+    nonce = secrets.token_bytes(NONCE_BYTES)
+    blob[0] = FORMAT_VERSION
+    blob[1:SEALED_PREFIX] = nonce
+    text = blob[SEALED_PREFIX : len(blob) - TAG_BYTES]
+    cipher = AES.new(key, AES.MODE_GCM, nonce=nonce)
+    cipher.update(associated_data)
+    cipher.encrypt(text, output=text)
+    blob[len(blob) - TAG_BYTES :] = cipher.digest()
+
+
+def open_in_place(key: bytes, blob: memoryview, associated_data: bytes) -> memoryview:
+    """`open_sealed` without copying: decrypts inside `blob` (writable) and returns the plaintext's view.
+
+    Raises DecryptionError on any mismatch; `blob` then holds garbage.
+    """
+    if len(blob) < SEALED_OVERHEAD or blob[0] != FORMAT_VERSION:
+        raise DecryptionError("sealed blob is malformed")
+    text = blob[SEALED_PREFIX : len(blob) - TAG_BYTES]
+    cipher = AES.new(key, AES.MODE_GCM, nonce=bytes(blob[1:SEALED_PREFIX]))
+    cipher.update(associated_data)
+    cipher.decrypt(text, output=text)
+    try:
+        cipher.verify(bytes(blob[len(blob) - TAG_BYTES :]))
+    except ValueError as error:
+        raise DecryptionError("sealed blob failed authentication") from error
+    return text
 
 
 def data_key_ad(account_id: str) -> bytes:

@@ -81,7 +81,7 @@ def create_private_file(path: Path) -> None:
     os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes | bytearray) -> None:
     """Replace `path` with `data`: temp file (mode 0600), fsync, rename, fsync the directory.
 
     A reader (or a crash) sees the old file or the new one, never half of either.

@@ -69,8 +69,14 @@ def rank_memories(
     - `options`: limit, nearMisses, the category and tag filters (its method
       `accepts(memory)` applies them), the search's clock.
 
+    A ranker still preparing (embedding memories in the background) answers with
+    what it has, at once, and says so: its `Ranking.note` is added to the result's
+    note, and its `Ranking.progress` is sent as a progress notification when the
+    request asked for progress.
+
     Return a `Ranking`, or None to defer. An answer that raises, breaks the rules of
-    `Ranking` (unknown ids, scores that are not finite, too many hits) or takes more
+    `Ranking` (unknown ids, scores that are not finite, too many hits, a note longer
+    than MAX_NOTE_CHARS, a progress past its total) or takes more
     than 10 s is not used: that search is lexical, the plugin's ranker is set aside
     for the session and one line says so on stderr.
     """

@@ -10,6 +10,8 @@ but this module, the way an llm or datasette plugin needs only `llm.hookimpl` or
   `squirrel_mcp.hookspecs`; docs/plugins.md is their reference).
 - `rank_memories` gets `Candidate`s and a `RankOptions`, and answers a `Ranking`
   of `RankedHit`s labelled with a `RankingLabel`; at most `MAX_NEAR_MISSES` near misses.
+  While it is still preparing, a ranker can add a note for the agent (at most
+  `MAX_NOTE_CHARS`) and its `Progress`, sent to a request that asked for progress.
 - `startup` gets a `Config` and a `MemoryReader`; `memories_changed` gets `Revision`s.
 - `doctor_checks` answers `Check`s: one line of `squirrel-mcp doctor` each.
 - `decay` and `age_days`: the recency weight the word ranking multiplies by, for a
@@ -30,16 +32,27 @@ from squirrel_mcp.hookspecs import hookimpl
 from squirrel_mcp.memories import MemoryReader
 from squirrel_mcp.models import Revision
 from squirrel_mcp.plugins import PluginHost, get_plugin_manager
-from squirrel_mcp.ranking import MAX_NEAR_MISSES, Candidate, RankedHit, Ranking, RankingLabel, RankOptions
+from squirrel_mcp.ranking import (
+    MAX_NEAR_MISSES,
+    MAX_NOTE_CHARS,
+    Candidate,
+    Progress,
+    RankedHit,
+    Ranking,
+    RankingLabel,
+    RankOptions,
+)
 from squirrel_mcp.search import age_days, decay
 
 __all__ = [
     "MAX_NEAR_MISSES",
+    "MAX_NOTE_CHARS",
     "Candidate",
     "Check",
     "Config",
     "MemoryReader",
     "PluginHost",
+    "Progress",
     "RankOptions",
     "RankedHit",
     "Ranking",

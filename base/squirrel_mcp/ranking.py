@@ -19,6 +19,8 @@ from squirrel_mcp.models import Revision
 RankingLabel = Literal["lexical", "hybrid"]
 # At most this many near misses, as the search_memory tool promises.
 MAX_NEAR_MISSES = 3
+# A ranker's note is one short paragraph for the agent; a longer one is refused.
+MAX_NOTE_CHARS = 500
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,14 @@ class RankedHit:
 
 
 @dataclass(frozen=True)
+class Progress:
+    """How far a ranker's preparation is (memories embedded so far out of all of them)."""
+
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
 class Ranking:
     """A ranker's answer: hits in rank order (matches, then near misses), the match count, the label."""
 
@@ -84,10 +94,24 @@ class Ranking:
     """How many memories match in all (near misses not counted)."""
     ranking: RankingLabel
     """"lexical" for word matching alone, "hybrid" when another signal (meaning) took part."""
+    note: str | None = None
+    """A sentence for the agent about this answer (e.g. that meaning covers only part of the
+    memories yet), added to the result's note; plain text, at most MAX_NOTE_CHARS, never memory text."""
+    progress: Progress | None = None
+    """While the ranker is still preparing (embedding memories), how far it is: the server sends it
+    as a progress notification to a request that asked for progress. None once it is ready."""
 
 
 def _number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _progress(value: object) -> bool:
+    return (
+        isinstance(value, Progress)
+        and all(isinstance(n, int) and not isinstance(n, bool) for n in (value.done, value.total))
+        and 0 <= value.done <= value.total
+    )
 
 
 def check_ranking(
@@ -109,6 +133,11 @@ def check_ranking(
         return "returned a total that is not a count"
     if not isinstance(answer.hits, list):
         return "returned hits that are not a list"
+    note = answer.note
+    if note is not None and not (isinstance(note, str) and 0 < len(note) <= MAX_NOTE_CHARS):
+        return f"returned a note that is not a text of 1 to {MAX_NOTE_CHARS} characters"
+    if answer.progress is not None and not _progress(answer.progress):
+        return "returned a progress that is not a Progress of two counts, done at most total"
     lexical = {candidate.memory.id: candidate.lexical_score for candidate in candidates}
     seen: set[str] = set()
     matches = misses = 0

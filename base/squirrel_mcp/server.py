@@ -13,6 +13,7 @@ answering, retry once with nearMisses, correct rather than duplicate.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 import threading
@@ -23,6 +24,7 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import Annotated, Any, Concatenate, ParamSpec, TypeVar
 
+import anyio.from_thread
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -48,7 +50,7 @@ from squirrel_mcp.models import (
     Tags,
 )
 from squirrel_mcp.plugins import PluginHost, get_plugin_manager
-from squirrel_mcp.ranking import RankedHit, RankOptions
+from squirrel_mcp.ranking import Progress, RankedHit, RankOptions
 from squirrel_mcp.results import (
     ChangeResult,
     ContextResult,
@@ -91,6 +93,15 @@ STILL_OPENING = (
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+# Reports a search's progress (done, total, message) to the client, when the request asked for it.
+ProgressReport = Callable[[Progress, str | None], None]
+# Set by SquirrelServer.call_tool for the request it serves; the tool runs in a worker thread
+# that inherits it (the SDK runs a plain function through anyio.to_thread, which copies the
+# context), so a tool reaches its own request's progress without the SDK in its signature.
+_request_progress: contextvars.ContextVar[ProgressReport | None] = contextvars.ContextVar(
+    "squirrel_request_progress", default=None
+)
 
 
 class Opening:
@@ -241,11 +252,13 @@ def run_search(
     tags: list[str] | None = None,
     near_misses: bool = False,
     now: datetime,
+    progress: ProgressReport | None = None,
 ) -> SearchResult:
     """What search_memory answers, as of `now`: the words' matches, ranked by the plugins.
 
     The tool calls this; so do the recall gate and the diagnostic, so what they
-    measure is what an agent gets.
+    measure is what an agent gets. A ranker still preparing adds its note to the
+    answer's, and its progress goes to `progress` (the request's, when it asked).
     """
     store.refresh_if_stale()
     options = RankOptions(
@@ -276,8 +289,13 @@ def run_search(
     if note is not None and ranked.ranking == "hybrid":
         # The spec: the note says the query cannot be searched, unless the semantic ranking ran.
         note = MEANING_ONLY_NOTE
+    if ranked.progress is not None and progress is not None:
+        progress(ranked.progress, ranked.note)
     return SearchResult(
-        results=views, total=ranked.total, ranking=ranked.ranking, note=_notes(log_note(store), note)
+        results=views,
+        total=ranked.total,
+        ranking=ranked.ranking,
+        note=_notes(log_note(store), note, ranked.note),
     )
 
 
@@ -318,6 +336,7 @@ class SquirrelServer(MCPServer):
         one with bad arguments.
         """
         await anyio.to_thread.run_sync(self.opening.wait, abandon_on_cancel=True)
+        token = _request_progress.set(None if context is None else _progress_reporter(context))
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as error:
@@ -332,6 +351,20 @@ class SquirrelServer(MCPServer):
                 # The SDK's message repeats the name, whatever its length or content.
                 raise ToolError(f"unknown tool; this server's tools are {', '.join(known)}") from None
             raise
+        finally:
+            _request_progress.reset(token)
+
+
+def _progress_reporter(context: Context[Any, Any]) -> ProgressReport:
+    """Send a progress notification for the request `context` serves, from the tool's worker thread.
+
+    The SDK sends nothing when the request carried no progress token.
+    """
+
+    def report(progress: Progress, message: str | None) -> None:
+        anyio.from_thread.run(context.report_progress, progress.done, progress.total, message)
+
+    return report
 
 
 def get_context(
@@ -399,6 +432,7 @@ def search_memory(
         tags=tags,
         near_misses=nearMisses,
         now=datetime.now(UTC),
+        progress=_request_progress.get(),
     )
 
 

@@ -3,15 +3,19 @@
 Registered as the entry point `embeddings` of the group `squirrel_mcp`. Its hooks:
 
 - `startup` (in the plugin's background thread): unless SQUIRREL_MEMORY_EMBEDDINGS=0,
-  checks and starts the model, opens the account's vector file, and writes the one
-  start-up line (docs/hybrid.md). Until it returns, search is lexical.
-- `memories_changed`: a memory whose revision moved loses its vector (it is embedded
-  again by the next search); a deleted one is forgotten.
-- `rank_memories`: embeds the query, spends at most WARM_UP_SECONDS embedding
-  memories that have no current vector, then ranks with `fusion.fuse`. A runtime
-  failure answers None (lexical), says so once, and the session stays lexical.
-- `shutdown`: writes the vector file if it changed (searches have it written by a thread of
-  the plugin's own, so none waits for the disk).
+  checks and starts the model, opens the account's vector file, writes the one
+  start-up line (docs/hybrid.md) and starts the warm-up: a thread of the plugin's own
+  that embeds every memory without a current vector, a small batch at a time. Until
+  startup returns, search is lexical.
+- `memories_changed`: a memory whose revision moved loses its vector and is queued for
+  the warm-up; a deleted one is forgotten.
+- `rank_memories`: embeds the query and ranks with `fusion.fuse` over the vectors so
+  far, at once; while the warm-up is not done, the answer's note says how far it is
+  and about how long it still needs. A runtime failure answers None (lexical), says
+  so once, and the session stays lexical.
+- `shutdown`: stops the warm-up after its batch in progress and writes the vector file
+  if it changed (while running, a thread of the plugin's own writes it, so no search
+  waits for the disk).
 - `doctor_checks`: for `squirrel-mcp doctor`, whether the model's files match the manifest
   and whether this account's vector file can be read (or written), without starting the model.
 
@@ -22,6 +26,9 @@ REBUILT. None holds memory text, a query, a key or a vector.
 from __future__ import annotations
 
 import argparse
+import collections
+import dataclasses
+import functools
 import hashlib
 import os
 import threading
@@ -37,6 +44,7 @@ from squirrel_mcp.plugin_api import (
     Candidate,
     Check,
     MemoryReader,
+    Progress,
     RankedHit,
     Ranking,
     RankOptions,
@@ -55,11 +63,20 @@ if TYPE_CHECKING:
 ENABLED_VARIABLE = "SQUIRREL_MEMORY_EMBEDDINGS"
 # Bumped whenever `recipe` changes: the vector file records it, so every memory is embedded again.
 RECIPE_VERSION = 1
-# The warm-up bound: a search spends at most this long embedding memories without a vector.
-WARM_UP_SECONDS = 8.0
-WARM_UP_BATCH = 32
-# A search that finds another still ranking (or warming up) waits this long, then answers
-# lexically: waiting longer could pass the host's 10 s bound, which sets a ranker aside.
+# The warm-up embeds this many memories at a time: small, so that stopping (at shutdown) and
+# a search's turn at the vectors never wait long, large enough to keep the runtime efficient.
+WARM_UP_BATCH = 16
+# The runtime's threads per inference: one, so the warm-up keeps one core busy and a search's
+# query embedding runs beside it on another (docs/benchmarks/warmup.md measures both).
+RUNTIME_THREADS = 1
+# While warming up, the vector file is written at most this often (and once when it is done).
+SAVE_EVERY = 30.0
+# Of a search's word matches still without a vector, this many are embedded next.
+URGENT = 64
+# Shutdown waits this long for the batch in progress.
+STOP_WAIT = 3.0
+# A search that finds the vectors busy (another search ranking, the file being copied) waits this
+# long, then answers lexically: waiting longer could pass the host's 10 s bound on a ranker.
 LOCK_WAIT = 1.0
 
 OFF = "memory: local embeddings are turned off (SQUIRREL_MEMORY_EMBEDDINGS=0); memory search is lexical only"
@@ -90,13 +107,22 @@ def recipe(memory: Revision) -> str:
     return f"{text} ({extras})" if extras else text
 
 
+def _duration(seconds: float) -> str:
+    """A rough duration for a person: "40 s", "3 min", "2 h"."""
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def manifest_sha256(path: Path = PACKAGED_MODEL_DIR / MANIFEST_NAME) -> str:
     """The SHA-256 of the packaged manifest: a new manifest means new vectors."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 class Hybrid:
-    """The vectors of one account and the fused ranker over them; thread-safe."""
+    """One account's vectors, the warm-up that fills them, the fused ranker over them; thread-safe."""
 
     def __init__(
         self,
@@ -108,30 +134,41 @@ class Hybrid:
         floor: float,
         span: float,
         path: Path,
-        warm_up: float = WARM_UP_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """Open `memories`' vector file at `path` (or start empty); writes REBUILT if it is unusable."""
+        """Open `memories`' vector file at `path` (or start empty); writes REBUILT if it is unusable.
+
+        Nothing is embedded until `start_warm_up` (or `warm_all`) is called.
+        """
         self._embedder = embedder
         self._memories = memories
         self._notice = notice
         self.stamp = stamp
         self.floor, self.span = floor, span
         self.path = path
-        self.warm_up = warm_up
         self._clock = clock
         self._key = memories.derive_key(vectors.KEY_PURPOSE)
         self._lock = threading.Lock()
+        # Notified (under _lock) each time a batch is stored: warm_all waits on it for batches in flight.
+        self._stored = threading.Condition(self._lock)
         # Held while a snapshot is taken and written, so a newer snapshot never lands first.
         self._file_lock = threading.Lock()
         self._wake = threading.Event()
         self._saver: threading.Thread | None = None
+        # The warm-up: its thread, what wakes it (new work, or stop), and its measured pace.
+        self._warmer: threading.Thread | None = None
+        self._more = threading.Event()
+        self._stopping = threading.Event()
+        self._warm_seconds = 0.0
+        self._warm_count = 0
+        # Memories taken off the queue whose vectors are not stored yet.
+        self._in_flight = 0
         self.failed = False
         # Set by close(): no search ranks and no file is written afterwards.
         self._closed = False
         self._writable = True
         self._dirty = False
-        # How many memories each search embedded: tests and benchmarks read it.
+        # How many memories were embedded (by the warm-up or warm_all): tests and benchmarks read it.
         self.embedded = 0
         self.live: dict[str, Revision] = {memory.id: memory for memory in memories.current()}
         try:
@@ -146,10 +183,14 @@ class Hybrid:
             if memory is None or memory.revision != revision:
                 self.table.remove(memory_id)
                 self._dirty = True
-        # Memories without a current vector, in the order they will be embedded.
+        # Memories without a current vector, and the order the warm-up takes them in (a
+        # search's word matches go to the front; an id no longer pending is skipped).
         self.pending: dict[str, None] = dict.fromkeys(
             memory_id for memory_id in self.live if memory_id not in self.table
         )
+        self._queue: collections.deque[str] = collections.deque(self.pending)
+        # Room for every memory now, so the warm-up never copies the matrix to grow it.
+        self.table.reserve(len(self.live))
 
     # Keeping current ----------------------------------------------------------
 
@@ -163,49 +204,166 @@ class Hybrid:
             self.pending.pop(memory.id, None)
         else:
             self.live[memory.id] = memory
-            if self.table.revision(memory.id) != memory.revision:
+            if self.table.revision(memory.id) != memory.revision and memory.id not in self.pending:
                 self.pending[memory.id] = None
+                self._queue.append(memory.id)
+                self._more.set()
         if memory.id in self.table and self.table.revision(memory.id) != memory.revision:
             self.table.remove(memory.id)
             self._dirty = True
 
     def changed(self, revisions: Sequence[Revision]) -> None:
-        """memories_changed: forget the vectors of memories that changed or went."""
+        """memories_changed: forget the vectors of memories that changed or went; embed the new ones."""
         with self._lock:
             for memory in revisions:
                 self._learn(memory)
 
-    def _warm(self, first: Sequence[str], deadline: float) -> None:
-        """Embed memories without a current vector, `first` first, until `deadline` (by `clock`)."""
-        order = list(dict.fromkeys([memory_id for memory_id in first if memory_id in self.pending]))
-        chosen = set(order)
-        order += [memory_id for memory_id in self.pending if memory_id not in chosen]
-        longest = 0.0
-        for start in range(0, len(order), WARM_UP_BATCH):
-            began = self._clock()
-            # Stop before a batch that would likely end past the bound.
-            if began + longest > deadline:
-                break
-            batch = [self.live[memory_id] for memory_id in order[start : start + WARM_UP_BATCH]]
-            made = self._embedder.embed([recipe(memory) for memory in batch])
-            self.table.put_many(((memory.id, memory.revision) for memory in batch), made)
-            for memory in batch:
-                del self.pending[memory.id]
-            self.embedded += len(batch)
-            self._dirty = True
-            longest = max(longest, self._clock() - began)
+    # The warm-up --------------------------------------------------------------
+
+    def _next_batch(self) -> list[Revision]:
+        """Up to WARM_UP_BATCH pending memories, in queue order, taken off the queue. Under the lock."""
+        batch: dict[str, Revision] = {}
+        while self._queue and len(batch) < WARM_UP_BATCH:
+            memory_id = self._queue.popleft()
+            if memory_id in self.pending:
+                batch[memory_id] = self.live[memory_id]
+        self._in_flight += len(batch)
+        return list(batch.values())
+
+    def _store(self, batch: Sequence[Revision], made: vectors.Matrix) -> None:
+        """Keep the vectors of a batch whose memories did not change meanwhile. Under the lock."""
+        kept = []
+        for n, memory in enumerate(batch):
+            if memory.id not in self.pending:
+                continue
+            latest = self.live[memory.id]
+            if latest.revision == memory.revision:
+                kept.append(n)
+            else:
+                # Changed while it was embedded: queued again, at its new revision.
+                self._queue.append(memory.id)
+        self.table.put_many(((batch[n].id, batch[n].revision) for n in kept), made[kept])
+        for n in kept:
+            del self.pending[batch[n].id]
+        self.embedded += len(kept)
+        self._in_flight -= len(batch)
+        self._dirty = self._dirty or bool(kept)
+        self._stored.notify_all()
+
+    def _give_back(self, batch: Sequence[Revision]) -> None:
+        """A batch that was not embedded goes back to the front of the queue."""
+        with self._lock:
+            self._in_flight -= len(batch)
+            self._queue.extendleft(reversed([memory.id for memory in batch]))
+            self._stored.notify_all()
+
+    def _embed(self, batch: Sequence[Revision]) -> vectors.Matrix:
+        """The batch's vectors, outside the lock (searches go on); counts the time for the estimate."""
+        began = self._clock()
+        made = self._embedder.embed([recipe(memory) for memory in batch])
+        with self._lock:
+            self._warm_seconds += self._clock() - began
+            self._warm_count += len(batch)
+        return made
+
+    def start_warm_up(self) -> None:
+        """Embed, in a thread of the plugin's own, every memory without a current vector (startup calls it).
+
+        Small batches, one at a time, so a search's query embedding never waits for the
+        backlog; searches meanwhile rank by meaning what is embedded so far. The vector
+        file is written every SAVE_EVERY seconds and when the backlog is done.
+        """
+        if self._warmer is None:
+            self._more.set()
+            self._warmer = threading.Thread(target=self._warm_loop, name="squirrel-mcp-warm-up", daemon=True)
+            self._warmer.start()
+
+    def _warm_loop(self) -> None:
+        saved_at = self._clock()
+        while not self._stopping.is_set():
+            with self._lock:
+                # Cleared before looking, so work added after the look wakes the wait below.
+                self._more.clear()
+                batch = [] if self.failed or self._closed else self._next_batch()
+                dirty = self._dirty
+            if not batch:
+                if dirty:
+                    self._save_soon()
+                self._more.wait()
+                continue
+            try:
+                made = self._embed(batch)
+            except Exception:
+                self._give_back(batch)
+                self._runtime_failed()
+                return
+            with self._lock:
+                self._store(batch, made)
+            if self._clock() - saved_at >= SAVE_EVERY:
+                saved_at = self._clock()
+                self._save_soon()
+
+    def stop_warm_up(self, timeout: float = STOP_WAIT) -> None:
+        """Stop the warm-up thread after the batch it is embedding; wait for it up to `timeout` s."""
+        self._stopping.set()
+        self._more.set()
+        if self._warmer is not None:
+            self._warmer.join(timeout)
+
+    def _runtime_failed(self) -> None:
+        """The runtime raised: the rest of the session is lexical, said once."""
+        with self._lock:
+            if self.failed:
+                return
+            self.failed = True
+        # The runtime's error types vary by version and platform; whichever it is, search is
+        # lexical from here (docs/hybrid.md).
+        self._notice(RUNTIME_FAILED)
 
     def warm_all(self) -> None:
-        """Embed every memory without a current vector, however long it takes.
+        """Embed every memory without a current vector now, in this thread, however long it takes.
 
-        Searches embed for at most `warm_up` seconds each; the recall gate and the
-        diagnostic call this first, so no result depends on how fast the machine was.
+        Alongside the warm-up thread, if it runs (they take turns over the queue); returns
+        once nothing is pending. The recall gate and the diagnostic call it first, so no
+        result depends on how fast the machine was. A runtime failure raises.
         """
+        while True:
+            with self._lock:
+                batch = self._next_batch()
+                if not batch:
+                    if not self.pending or self.failed or self._closed:
+                        break
+                    if self._in_flight:
+                        # The warm-up thread holds the rest: wait for it to store them.
+                        self._stored.wait()
+                    else:
+                        # Pending yet queued nowhere cannot happen; if it did, queue them again.
+                        self._queue.extend(self.pending)
+                    continue
+            try:
+                made = self._embed(batch)
+            except BaseException:
+                self._give_back(batch)
+                raise
+            with self._lock:
+                self._store(batch, made)
         with self._lock:
-            self._warm([], float("inf"))
             dirty = self._dirty
         if dirty:
             self._save_soon()
+
+    def _note(self, progress: Progress) -> str:
+        """A search's note while the warm-up is not done: how far, about how long still. Under the lock."""
+        left = progress.total - progress.done
+        if self._warm_count:
+            seconds = left * self._warm_seconds / self._warm_count
+            when = f"about {_duration(seconds)} until all are"
+        else:
+            when = "how long until all are is not known yet"
+        return (
+            f"Search by meaning is warming up: {progress.done:,} of {progress.total:,} memories are "
+            f"searchable by meaning so far, the rest by their words only; {when}."
+        )
 
     def _cosines(self, vector: vectors.Matrix) -> vectors.Matrix:
         """Every row's cosine to `vector`: one matrix product over the contiguous rows. Under the lock."""
@@ -224,9 +382,12 @@ class Hybrid:
     def rank(
         self, query: str, candidates: Sequence[Candidate], total: int, options: RankOptions
     ) -> Ranking | None:
-        """The fused ranking; None (lexical) once the runtime has failed, or when busy past LOCK_WAIT."""
-        # The search's 8 s count from here: waiting and the query's embedding included.
-        deadline = self._clock() + self.warm_up
+        """The fused ranking over the vectors so far; None (lexical) after a runtime failure or a LOCK_WAIT.
+
+        Never embeds the backlog: while memories are still pending, their word matches are
+        ranked by words (no semanticScore), the first URGENT of them go to the front of the
+        warm-up's queue, and the answer carries a note and its progress.
+        """
         if self.failed or not self._lock.acquire(timeout=LOCK_WAIT):
             return None
         try:
@@ -234,21 +395,22 @@ class Hybrid:
                 return None
             for candidate in candidates:
                 self._learn(candidate.memory)
+            waiting = [candidate.memory.id for candidate in candidates if candidate.memory.id in self.pending]
+            # Reversed, so the best word match ends up first in the queue.
+            self._queue.extendleft(reversed(waiting[:URGENT]))
             try:
                 query_vector = self._embedder.embed([query])[0]
-                self._warm([candidate.memory.id for candidate in candidates], deadline)
             except Exception:
-                # The runtime's error types vary by version and platform; whichever it
-                # is, this search and the rest of the session are lexical (docs/hybrid.md).
-                self.failed = True
-                self._notice(RUNTIME_FAILED)
-                return None
-            ranking = self._fused(query_vector, candidates, total, options)
-            dirty = self._dirty
+                ranking = None
+            else:
+                ranking = self._fused(query_vector, candidates, total, options)
+                if self.pending:
+                    progress = Progress(len(self.live) - len(self.pending), len(self.live))
+                    ranking = dataclasses.replace(ranking, note=self._note(progress), progress=progress)
         finally:
             self._lock.release()
-        if dirty:
-            self._save_soon()
+        if ranking is None:
+            self._runtime_failed()
         return ranking
 
     def _fused(
@@ -321,6 +483,7 @@ class Hybrid:
         The diagnostic calls it before deleting its temporary vector directory, so
         no late write can make the directory again.
         """
+        self.stop_warm_up()
         with self._file_lock, self._lock:
             self._closed = True
 
@@ -343,11 +506,11 @@ class Hybrid:
             with self._lock:
                 if self._closed or not self._dirty or not self._writable:
                     return
-                # A copy, so searches go on while it is sealed and written.
-                snapshot = self.table.copy()
+                # The file's bytes (one copy of the rows), so searches go on while it is sealed and written.
+                plaintext = self.table.plaintext(self.stamp)
                 self._dirty = False
             try:
-                vectors.save(self.path, snapshot, self._key, self._memories.account_id, self.stamp)
+                vectors.seal_and_write(self.path, plaintext, self._key, self._memories.account_id)
             except OSError:
                 self._writable = False
                 self._notice(UNWRITABLE)
@@ -370,13 +533,13 @@ class EmbeddingsPlugin:
         from squirrel_mcp_embeddings import embedder  # onnxruntime loads here, in the background
 
         try:
-            model = (self._load or embedder.load)()
+            model = (self._load or functools.partial(embedder.load, threads=RUNTIME_THREADS))()
         except ModelNotLoaded as error:
             notice(status_line(error))
             return
         manifest = model.manifest
         notice(status_line(None))
-        self.hybrid = Hybrid(
+        hybrid = Hybrid(
             model,
             memories,
             notice,
@@ -385,6 +548,8 @@ class EmbeddingsPlugin:
             span=manifest.semantic_span,
             path=vectors.vector_path(memories.account_id),
         )
+        hybrid.start_warm_up()
+        self.hybrid = hybrid
 
     @hookimpl
     def memories_changed(self, revisions: Sequence[Revision]) -> None:
@@ -403,8 +568,9 @@ class EmbeddingsPlugin:
 
     @hookimpl
     def shutdown(self) -> None:
-        """Write the vector file if it changed."""
+        """Stop the warm-up after its batch in progress, then write the vector file if it changed."""
         if self.hybrid is not None:
+            self.hybrid.stop_warm_up()
             self.hybrid.flush()
 
     @hookimpl

@@ -115,7 +115,7 @@ class VectorTable:
         if vectors.shape != (len(pairs), self.dimensions):
             raise ValueError("one vector per memory, of the model's dimensions")
         new = sum(1 for memory_id, _ in pairs if memory_id not in self._row)
-        self._reserve(self._count + new)
+        self.reserve(self._count + new)
         for (memory_id, revision), vector in zip(pairs, vectors, strict=True):
             row = self._row.get(memory_id)
             if row is None:
@@ -130,14 +130,24 @@ class VectorTable:
     def copy(self) -> VectorTable:
         """An independent copy (to write while the original keeps changing)."""
         other = VectorTable(self.dimensions)
-        other._fill(list(self.ids), list(self.revisions), self.matrix())
+        other._fill(list(self.ids), list(self.revisions), self.matrix().copy())
         return other
 
     def _fill(self, ids: list[str], revisions: list[int], rows: Matrix) -> None:
-        """Load an empty table in one step (reading the file: no per-row Python work on the matrix)."""
+        """Load an empty table in one step (reading the file: no per-row Python work on the matrix).
+
+        `rows` becomes the table's matrix as it is when it is a writable, aligned float32
+        array of its own (a file's rows, decrypted in place): no copy. Otherwise it is copied.
+        """
         if len(set(ids)) != len(ids) or len(revisions) != len(ids):
             raise ValueError("rows")
-        self._rows = np.ascontiguousarray(rows, dtype=np.float32).copy()
+        usable = (
+            rows.dtype == np.float32
+            and rows.flags.c_contiguous
+            and rows.flags.aligned
+            and rows.flags.writeable
+        )
+        self._rows = rows if usable else np.ascontiguousarray(rows, dtype=np.float32).copy()
         self._count = len(ids)
         self.ids, self.revisions = ids, revisions
         self._row = {memory_id: n for n, memory_id in enumerate(ids)}
@@ -157,17 +167,27 @@ class VectorTable:
         self.revisions.pop()
         self._count = last
 
-    def _reserve(self, needed: int) -> None:
+    def reserve(self, needed: int) -> None:
+        """Make room for `needed` rows in all.
+
+        A put that needs more grows the matrix by an eighth (as Python's lists grow), not by
+        doubling: at 100,000 memories one more memory must not allocate room for 200,000.
+        """
         if needed <= len(self._rows):
             return
-        grown = np.zeros((max(needed, 2 * len(self._rows), 64), self.dimensions), dtype=np.float32)
+        grown = np.zeros(
+            (max(needed, len(self._rows) + len(self._rows) // 8, 64), self.dimensions), dtype=np.float32
+        )
         grown[: self._count] = self._rows[: self._count]
         self._rows = grown
 
     # The file -----------------------------------------------------------------
 
-    def to_bytes(self, key: bytes, account_id: str, stamp: Stamp) -> bytes:
-        """The sealed file content for these vectors."""
+    def plaintext(self, stamp: Stamp) -> bytearray:
+        """The file's bytes before sealing, with room for the seal: one copy of the rows, no more.
+
+        Taken under the caller's lock (it reads the table); `seal_and_write` then seals it in place.
+        """
         meta = json.dumps(
             {
                 "model": stamp.model,
@@ -181,31 +201,48 @@ class VectorTable:
             },
             separators=(",", ":"),
         ).encode()
-        body = struct.pack(">I", len(meta)) + meta + self.matrix().astype("<f4").tobytes()
-        return HEADER + crypto.seal(key, body, HEADER + account_id.encode())
+        rows = self.matrix()
+        at = len(HEADER) + crypto.SEALED_PREFIX
+        # Spaces after the JSON (still valid JSON) so the rows start at a multiple of 4 in the
+        # file: a reader can then use them where they were decrypted, without a copy.
+        meta += b" " * (-(at + 4 + len(meta)) % 4)
+        buffer = bytearray(at + 4 + len(meta) + rows.nbytes + crypto.TAG_BYTES)
+        buffer[: len(HEADER)] = HEADER
+        buffer[at : at + 4 + len(meta)] = struct.pack(">I", len(meta)) + meta
+        at += 4 + len(meta)
+        np.frombuffer(buffer, dtype="<f4", count=rows.size, offset=at).reshape(rows.shape)[:] = rows
+        return buffer
+
+    def to_bytes(self, key: bytes, account_id: str, stamp: Stamp) -> bytearray:
+        """The sealed file content for these vectors."""
+        buffer = self.plaintext(stamp)
+        crypto.seal_in_place(key, memoryview(buffer)[len(HEADER) :], HEADER + account_id.encode())
+        return buffer
 
     @classmethod
-    def from_bytes(cls, data: bytes, key: bytes, account_id: str, stamp: Stamp) -> VectorTable:
+    def from_bytes(cls, data: bytes | bytearray, key: bytes, account_id: str, stamp: Stamp) -> VectorTable:
         """The table a file holds, or an empty one when its stamp is not `stamp`.
 
+        A bytearray is decrypted in place (a large file is not copied); bytes are copied first.
         Raises VectorFileError when the file is not one this version wrote under this
         key for this account (damaged, tampered with, swapped in from elsewhere).
         """
         if not data.startswith(HEADER):
             raise VectorFileError("not a vector file of this format")
+        blob = memoryview(data if isinstance(data, bytearray) else bytearray(data))[len(HEADER) :]
         try:
-            body = crypto.open_sealed(key, data[len(HEADER) :], HEADER + account_id.encode())
+            body = crypto.open_in_place(key, blob, HEADER + account_id.encode())
         except crypto.DecryptionError as error:
             raise VectorFileError("the vector file failed its integrity check") from error
         try:
             (length,) = struct.unpack(">I", body[:4])
-            meta = json.loads(body[4 : 4 + length])
+            meta = json.loads(bytes(body[4 : 4 + length]))
             made = Stamp(meta["model"], meta["manifestSha256"], meta["recipe"], meta["dimensions"])
             rows = meta["rows"]
             table = cls(stamp.dimensions)
             if made != stamp:
                 return table
-            vectors = np.frombuffer(body[4 + length :], dtype="<f4").reshape(len(rows), stamp.dimensions)
+            vectors = np.frombuffer(body, dtype="<f4", offset=4 + length).reshape(len(rows), stamp.dimensions)
             table._fill([str(i) for i, _ in rows], [int(r) for _, r in rows], vectors)
         except (ValueError, KeyError, TypeError, struct.error) as error:
             # Authenticated yet unreadable: only a bug of ours could write it; rebuild all the same.
@@ -216,7 +253,11 @@ class VectorTable:
 def load(path: Path, key: bytes, account_id: str, stamp: Stamp) -> VectorTable | None:
     """The table in the file at `path`; None when there is none to read; VectorFileError when unusable."""
     try:
-        data = path.read_bytes()
+        # Into a bytearray of its own, so it is decrypted where it lies (no second copy).
+        with path.open("rb") as file:
+            data = bytearray(os.fstat(file.fileno()).st_size)
+            if file.readinto(data) != len(data):
+                raise VectorFileError("the vector file changed while it was read")
     except OSError:
         # Missing, or a path that cannot hold a file: start empty; if it cannot be
         # written either, saving says so (its one line, docs/hybrid.md).
@@ -226,4 +267,10 @@ def load(path: Path, key: bytes, account_id: str, stamp: Stamp) -> VectorTable |
 
 def save(path: Path, table: VectorTable, key: bytes, account_id: str, stamp: Stamp) -> None:
     """Replace the file at `path` with `table`, atomically, mode 0600 (OSError if it cannot)."""
-    atomic_write(path, table.to_bytes(key, account_id, stamp))
+    seal_and_write(path, table.plaintext(stamp), key, account_id)
+
+
+def seal_and_write(path: Path, plaintext: bytearray, key: bytes, account_id: str) -> None:
+    """Seal a table's `plaintext` in place and replace the file at `path` with it (OSError if it cannot)."""
+    crypto.seal_in_place(key, memoryview(plaintext)[len(HEADER) :], HEADER + account_id.encode())
+    atomic_write(path, plaintext)

@@ -1,0 +1,392 @@
+"""Benchmark the embeddings warm-up (squirrel-mcp-embeddings) and the server's peak memory with the model.
+
+Part 1, the warm-up timeline at 10,000 memories, in this process with the shipped model
+started as the plugin starts it (one runtime thread per inference): the plugin's warm-up
+thread embeds every memory while searches run one after another (the server's two steps,
+`search.search` then the plugin's `rank_memories`), each timed, with how many memories
+were embedded when it answered. Then the same number of searches once warm. Then, on the
+same texts in the same order and batches, a bare `InferenceSession.run` over the
+pre-tokenized batches (one thread, as the warm-up; and the runtime's default threads),
+which is the floor the warm-up's total time is compared with.
+
+Part 2, peak RSS with the model: for 10,000 and 100,000 memories, a vault is seeded and its
+vector file written beforehand (the recall corpus's vectors, repeated with noise, as
+bench_hybrid.py does: embedding 100,000 texts would take most of an hour on 2 cores),
+then the real server starts over stdio with the plugin, loads model and vectors, answers
+20 searches, and its peak resident set (VmHWM of /proc/<pid>/status) is read before it
+exits. The same with the plugin off gives the share that is not the plugin's.
+
+Writes docs/benchmarks/warmup.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+from mcp import Client, StdioServerParameters
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_hybrid
+
+from squirrel_mcp import crypto, search
+from squirrel_mcp.index import SearchIndex
+from squirrel_mcp.memories import MemoryReader, MemoryStore
+from squirrel_mcp.models import Revision
+from squirrel_mcp.ranking import RankOptions
+from squirrel_mcp.storage.local import LocalVault
+from squirrel_mcp_embeddings import embedder, integrity, plugin, vectors
+
+ROOT = Path(__file__).resolve().parent.parent
+OUTPUT = ROOT / "docs" / "benchmarks" / "warmup.md"
+PASSPHRASE = "bench-warmup passphrase"
+CHEAP_KDF = crypto.KdfParams(salt=b"b" * crypto.SALT_BYTES, n=2**14)
+# Between two searches during the warm-up: an agent does not search back to back.
+PAUSE = 0.25
+
+
+def search_once(index: SearchIndex, hybrid: plugin.Hybrid, query: str) -> tuple[float, int, str | None]:
+    """One search as the server runs it: seconds, memories embedded at its answer, its ranking label."""
+    began = time.perf_counter()
+    outcome = search.search(index, query, bench_hybrid.NOW, limit=None)
+    answer = hybrid.rank(
+        query, outcome.hits, outcome.total, RankOptions(10, False, None, (), bench_hybrid.NOW)
+    )
+    seconds = time.perf_counter() - began
+    done = answer.progress.done if answer is not None and answer.progress is not None else len(hybrid.live)
+    return seconds, done, None if answer is None else answer.ranking
+
+
+def timeline(model: embedder.Embedder, n: int, queries: list[str], scratch: Path) -> dict[str, Any]:
+    """The warm-up of n memories with searches meanwhile, then as many searches warm."""
+    memories = bench_hybrid.corpus_memories(n)
+    manifest = model.manifest
+    stamp = vectors.Stamp(
+        manifest.model, plugin.manifest_sha256(), plugin.RECIPE_VERSION, manifest.dimensions
+    )
+    hybrid = plugin.Hybrid(
+        model,
+        bench_hybrid.Reader(memories),  # type: ignore[arg-type]
+        print,
+        stamp=stamp,
+        floor=manifest.min_similarity,
+        span=manifest.semantic_span,
+        path=scratch / "vectors.bin",
+    )
+    index = SearchIndex(memories)
+    # The CPU time of the warm-up's batches, on its own thread: unlike wall-clock time, not
+    # stretched by the searches meanwhile or by other processes on a shared machine.
+    cpu = [0.0]
+    embed = hybrid._embed
+
+    def timed(batch: Sequence[Revision]) -> vectors.Matrix:
+        began = time.thread_time()
+        made = embed(batch)
+        cpu[0] += time.thread_time() - began
+        return made
+
+    hybrid._embed = timed  # type: ignore[method-assign]
+    during: list[tuple[float, float, int]] = []
+    began = time.perf_counter()
+    hybrid.start_warm_up()
+    k = 0
+    while hybrid.pending:
+        at = time.perf_counter() - began
+        seconds, done, _ = search_once(index, hybrid, queries[k % len(queries)])
+        during.append((at, seconds, done))
+        k += 1
+        time.sleep(PAUSE)
+    with hybrid._stored:
+        while hybrid.pending:
+            hybrid._stored.wait()
+    warm_seconds = time.perf_counter() - began
+    hybrid.stop_warm_up()
+    after = [search_once(index, hybrid, queries[j % len(queries)])[0] for j in range(len(during))]
+    return {
+        "during": during,
+        "after": after,
+        "warm_seconds": warm_seconds,
+        "warm_cpu": cpu[0],
+        "memories": memories,
+    }
+
+
+def bare_runtime(model: embedder.Embedder, texts: Sequence[str], threads: int | None) -> tuple[float, float]:
+    """Seconds a bare InferenceSession.run takes over the texts, pre-tokenized in the warm-up's batches.
+
+    Wall-clock, and CPU: of this thread with one runtime thread (it runs the inference),
+    of the process with more.
+    """
+    runtime = embedder.import_runtime()
+    options = runtime.SessionOptions()
+    options.log_severity_level = 3
+    if threads is not None:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = threads
+    files = integrity.read_checked(model.manifest, integrity.model_dir())
+    session = runtime.InferenceSession(
+        files[model.manifest.onnx_file], sess_options=options, providers=["CPUExecutionProvider"]
+    )
+    del files
+    feeds = []
+    for start in range(0, len(texts), plugin.WARM_UP_BATCH):
+        encodings = model._tokenizer.encode_batch(list(texts[start : start + plugin.WARM_UP_BATCH]))
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feeds.append({"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
+    session.run([model.manifest.onnx_output], feeds[0])
+    cpu_clock = time.thread_time if threads == 1 else time.process_time
+    began, began_cpu = time.perf_counter(), cpu_clock()
+    for feed in feeds:
+        session.run([model.manifest.onnx_output], feed)
+    return time.perf_counter() - began, cpu_clock() - began_cpu
+
+
+# Peak RSS of the real server ---------------------------------------------------
+
+
+def seed(path: Path, n: int, model: embedder.Embedder, cache: Path) -> None:
+    """A vault of n corpus memories, and its vector file (noisy copies of the corpus's vectors)."""
+    store = MemoryStore.create(LocalVault(path, create=True), PASSPHRASE, CHEAP_KDF)
+    store._storage._db.execute("PRAGMA synchronous = OFF")  # type: ignore[attr-defined]
+    memories = bench_hybrid.corpus_memories(n)
+    for memory in memories:
+        store.import_history([memory])
+    base = model.embed([plugin.recipe(memory) for memory in memories[:500]])
+    rows = np.resize(base, (n, base.shape[1])).astype(np.float32)
+    rng = np.random.default_rng(bench_hybrid.SEED + n)
+    rows[len(base) :] += rng.normal(0, 0.013, rows[len(base) :].shape).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    manifest = model.manifest
+    stamp = vectors.Stamp(
+        manifest.model, plugin.manifest_sha256(), plugin.RECIPE_VERSION, manifest.dimensions
+    )
+    table = vectors.VectorTable(manifest.dimensions)
+    table.put_many(((m.id, m.revision) for m in memories), rows)
+    reader = MemoryReader(store)
+    path_of_vectors = vectors.vector_path(store.account_id, {vectors.CACHE_DIR_VARIABLE: str(cache)})
+    vectors.save(path_of_vectors, table, reader.derive_key(vectors.KEY_PURPOSE), store.account_id, stamp)
+    store._storage.close()
+
+
+def status_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise LookupError(field)
+
+
+async def server_peak(vault: Path, cache: Path, plugins: str, queries: list[str]) -> dict[str, Any]:
+    """Start the server on `vault`; once it ranks warm (or lexically), 20 searches; its VmHWM and VmRSS."""
+    env = {
+        **{key: value for key, value in os.environ.items() if key in ("PATH", "LANG", "HOME")},
+        "SQUIRREL_VAULT": str(vault),
+        "SQUIRREL_PASSPHRASE": PASSPHRASE,
+        "SQUIRREL_MCP_PLUGINS": plugins,
+        "SQUIRREL_MEMORY_CACHE_DIR": str(cache),
+    }
+    params = StdioServerParameters(command=sys.executable, args=["-m", "squirrel_mcp"], env=env)
+    async with Client(params) as client:
+        began = time.perf_counter()
+        while True:
+            result = await client.call_tool("search_memory", {"query": queries[0]})
+            found = result.structured_content or {}
+            ready = found.get("ranking") == "hybrid" and "note" not in found
+            if (
+                ready
+                or (not plugins and time.perf_counter() - began > 5)
+                or time.perf_counter() - began > 900
+            ):
+                break
+            await anyio.sleep(0.5)
+        for query in queries[:20]:
+            await client.call_tool("search_memory", {"query": query})
+        (pid,) = server_pids()
+        return {
+            "hwm_mb": status_kib(pid, "VmHWM") / 1024,
+            "rss_mb": status_kib(pid, "VmRSS") / 1024,
+            "ranking": found.get("ranking"),
+        }
+
+
+def server_pids() -> list[int]:
+    """This process's children running squirrel_mcp."""
+    me = str(os.getpid())
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[1].split()[1] == me and b"squirrel_mcp" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def rss_rows(
+    model: embedder.Embedder, sizes: list[int], queries: list[str], scratch: Path
+) -> list[dict[str, Any]]:
+    rows = []
+    for n in sizes:
+        vault, cache = scratch / f"vault-{n}.sqlite3", scratch / f"cache-{n}"
+        began = time.perf_counter()
+        seed(vault, n, model, cache)
+        seeded = time.perf_counter() - began
+        with_model = anyio.run(server_peak, vault, cache, "embeddings", queries)
+        without = anyio.run(server_peak, vault, cache, "", queries)
+        rows.append({"memories": n, "with": with_model, "without": without, "seed_seconds": seeded})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+# The report --------------------------------------------------------------------
+
+
+def timeline_section(
+    result: dict[str, Any], bare_one: tuple[float, float], bare_default: tuple[float, float]
+) -> list[str]:
+    during = [seconds for _, seconds, _ in result["during"]]
+    after = result["after"]
+    n = len(result["memories"])
+    warm, cpu = result["warm_seconds"], result["warm_cpu"]
+    p95_during, p95_after = bench_hybrid.percentile(during, 0.95), bench_hybrid.percentile(after, 0.95)
+    lines = [
+        f"## The warm-up at {n:,} memories",
+        "",
+        "| | seconds | anchor: bare ONNX Runtime, same texts and batches, 1 thread | ratio "
+        "| bare, the runtime's default threads | ratio |",
+        "|---|---:|---:|---:|---:|---:|",
+        f"| every memory embedded (the warm-up thread, searches meanwhile), wall-clock | {warm:.1f} "
+        f"| {bare_one[0]:.1f} | {warm / bare_one[0]:.2f}x "
+        f"| {bare_default[0]:.1f} | {warm / bare_default[0]:.2f}x |",
+        f"| the same, CPU seconds of the warm-up thread (tokenize, run, pool) | {cpu:.1f} "
+        f"| {bare_one[1]:.1f} | {cpu / bare_one[1]:.2f}x "
+        f"| {bare_default[1]:.1f} (process) | {cpu / bare_default[1]:.2f}x |",
+        "",
+        "| searches | count | median ms | p95 ms | max ms |",
+        "|---|---:|---:|---:|---:|",
+        f"| during the warm-up | {len(during)} | {1000 * statistics.median(during):.1f} "
+        f"| {1000 * p95_during:.1f} | {1000 * max(during):.1f} |",
+        f"| anchor: once warm | {len(after)} | {1000 * statistics.median(after):.1f} "
+        f"| {1000 * p95_after:.1f} | {1000 * max(after):.1f} |",
+        "",
+        f"p95 during / p95 once warm: {p95_during / p95_after:.2f}x.",
+        "",
+        "Coverage over time (memories searchable by meaning when a search answered):",
+        "",
+        "| seconds since start-up | embedded | share | that search's ms |",
+        "|---:|---:|---:|---:|",
+    ]
+    samples = result["during"]
+    step = max(1, len(samples) // 12)
+    for at, seconds, done in [*samples[::step], samples[-1]][:14]:
+        lines.append(f"| {at:.1f} | {done:,} | {done / n:.0%} | {1000 * seconds:.1f} |")
+    lines.append(f"| {warm:.1f} | {n:,} | 100% | (all embedded) |")
+    return lines
+
+
+def rss_section(rows: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "## Peak RSS of the server",
+        "",
+        "| memories | with the plugin: peak RSS MB | anchor: plugin off, peak RSS MB | the plugin's share MB "
+        "| with the plugin: RSS at the end MB |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        with_model, without = row["with"], row["without"]
+        lines.append(
+            f"| {row['memories']:,} | {with_model['hwm_mb']:.0f} | {without['hwm_mb']:.0f} "
+            f"| {with_model['hwm_mb'] - without['hwm_mb']:.0f} | {with_model['rss_mb']:.0f} |"
+        )
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--memories", type=int, default=10_000, help="the warm-up timeline's size")
+    parser.add_argument("--rss-sizes", default="10000,100000")
+    parser.add_argument("--output", type=Path, default=OUTPUT)
+    args = parser.parse_args(argv)
+    queries = [
+        q["query"] for q in json.loads((bench_hybrid.RECALL / "queries.json").read_text(encoding="utf-8"))
+    ]
+    model = embedder.load(threads=plugin.RUNTIME_THREADS)
+    with tempfile.TemporaryDirectory(prefix="squirrel-bench-warmup-") as scratch:
+        result = timeline(model, args.memories, queries, Path(scratch))
+        print(
+            json.dumps({"warm_seconds": result["warm_seconds"], "searches": len(result["during"])}),
+            flush=True,
+        )
+        texts = [plugin.recipe(memory) for memory in result["memories"]]
+        bare_one = bare_runtime(model, texts, 1)
+        bare_default = bare_runtime(model, texts, None)
+        print(
+            json.dumps({"bare_one": bare_one, "bare_default": bare_default, "cpu": result["warm_cpu"]}),
+            flush=True,
+        )
+        sizes = [int(size) for size in args.rss_sizes.split(",") if size]
+        rows = rss_rows(model, sizes, queries, Path(scratch))
+    load = os.getloadavg()[0]
+    lines = [
+        "# The embeddings warm-up, and the server's memory with the model",
+        "",
+        "Written by `scripts/bench_warmup.py` (`nox -s bench`); each figure stands beside its anchor from "
+        "the same run. Model: " + model.manifest.model + " (full precision, ONNX Runtime on the CPU, "
+        f"{plugin.RUNTIME_THREADS} thread per inference as the plugin starts it), batches of "
+        f"{plugin.WARM_UP_BATCH}.",
+        "",
+        *timeline_section(result, bare_one, bare_default),
+        "",
+        "- Memories: the recall corpus repeated to size (tests/recall/corpus.json), embedded from "
+        "`entity: text (tags, keywords)`. The warm-up starts with the plugin's `start_warm_up` (what "
+        "`startup` calls) and runs in its own thread; meanwhile one search after another (the recall "
+        f"set's queries in turn, {PAUSE:g} s apart) runs as the server runs it: `search.search` over every "
+        "word match, then the plugin's `rank_memories` (limit 10). The MCP round trip is not included.",
+        "- Once warm: as many searches again, the warm-up thread stopped.",
+        "- The bare runtime runs the same texts, tokenized beforehand (not timed), in the same batches, "
+        "one after another with nothing else running: the floor of the warm-up's work.",
+        "",
+    ]
+    if rows:
+        lines += [
+            *rss_section(rows),
+            "",
+            "- Each row: a vault seeded beforehand with that many corpus memories, and its vector file "
+            "written beforehand (the corpus's 500 vectors repeated with noise, as in hybrid.md: the "
+            "server loads them instead of embedding 100,000 texts). Then the real server (`python -m "
+            "squirrel_mcp`) starts over stdio, unlocks, loads the model and the vectors, answers 20 "
+            "searches once ranking is hybrid with no note; then its VmHWM (peak) and VmRSS are read from "
+            "/proc. The anchor is the same vault with the plugin off (SQUIRREL_MCP_PLUGINS empty): the "
+            "memories, the word index and the server itself.",
+            "",
+        ]
+    lines += [
+        "## Environment",
+        "",
+        f"- date (UTC): {time.strftime('%Y-%m-%d %H:%M', time.gmtime())}",
+        f"- Python {platform.python_version()}, {platform.platform()}, {os.cpu_count()} CPUs",
+        f"- load average (1 min) at the end: {load:.2f} (a shared machine: compare ratios within this run)",
+        "",
+    ]
+    args.output.write_text("\n".join(lines), encoding="utf-8")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
