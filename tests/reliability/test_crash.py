@@ -563,6 +563,11 @@ def test_kill_the_server_while_the_real_plugin_keeps_vectors(
             while server.call("search_memory", query="acorns")["ranking"] != "hybrid":
                 assert time.monotonic() < ready_by, "the plugin never became ready"
                 time.sleep(0.2)
+            # Searches rank while the warm-up still runs; the vector file is written once it is
+            # done (then again as memories change): the kills must land on a plugin that keeps one.
+            while not path.exists():
+                assert time.monotonic() < ready_by, "the plugin never wrote its vector file"
+                time.sleep(0.2)
             killer.arm()
             for n in range(10_000):
                 text = f"plugin run {runs} memory {n} about oak trees"
