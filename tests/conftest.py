@@ -258,6 +258,23 @@ needs_model = pytest.mark.skipif(
 )
 
 
+# The start of the note every answer carries while the embeddings plugin is still warming up.
+WARMING = "Search by meaning is warming up"
+# How long a test waits for the warm-up to embed its memories (a few thousand at most, on a loaded machine).
+WARM_WAIT = 600.0
+
+
+async def search_warm(client: Client, **arguments: Any) -> dict[str, Any]:
+    """Search until the warm-up is done (hybrid, without its note), <= WARM_WAIT s."""
+    deadline = time.monotonic() + WARM_WAIT
+    while True:
+        found = await call(client, "search_memory", **arguments)
+        warming = WARMING in found.get("note", "")
+        if (found["ranking"] == "hybrid" and not warming) or time.monotonic() > deadline:
+            return found
+        await anyio.sleep(0.5)
+
+
 async def search_when(client: Client, ranking: str, **arguments: Any) -> dict[str, Any]:
     """Search until the answer's ranking is `ranking` (the model loads in the background), <= 60 s."""
     deadline = time.monotonic() + 60

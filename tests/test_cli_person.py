@@ -12,6 +12,7 @@ from mcp import Client
 
 from tests.conftest import PASSPHRASE, call, needs_model, run_cli, server_params
 from tests.test_cli import _converse
+from tests.test_hybrid_stdio import seed
 
 
 def _without_passphrase(env: dict[str, str]) -> dict[str, str]:
@@ -206,3 +207,19 @@ async def test_search_is_hybrid_with_the_plugin(vault_env: dict[str, str]) -> No
     assert ids["bike"] in [hit["id"] for hit in found["results"]]
     text = run_cli(env, "search", "cycling").stdout.decode()
     assert "ranking hybrid" in text and "meaning" in text
+
+
+@needs_model
+def test_search_waits_for_the_warm_up_so_the_answer_is_by_meaning(vault_env: dict[str, str]) -> None:
+    """A one-off search cannot ask again later: it waits until every memory is embedded."""
+    vault = Path(vault_env["SQUIRREL_VAULT"])
+    vault.parent.mkdir(parents=True)
+    # The allergy is the oldest of 1,000: the warm-up embeds it last.
+    seed(vault, 1_000)
+    env = {**vault_env, "SQUIRREL_MCP_PLUGINS": "embeddings"}
+    found = _json(run_cli(env, "search", "food allergies", "--json"))
+    assert found["ranking"] == "hybrid" and "note" not in found, found.get("note")
+    assert found["results"][0]["text"] == "Is allergic to peanuts"
+    assert found["results"][0]["lexicalScore"] == 0
+    # The vectors were kept: the next search has nothing left to wait for.
+    assert list(Path(vault_env["XDG_CACHE_HOME"]).rglob("memory-vectors-*.bin"))

@@ -25,7 +25,7 @@ from squirrel_mcp.memories import MemoryStore
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp_embeddings import plugin
 from squirrel_mcp_embeddings.integrity import PACKAGED_MODEL_DIR
-from tests.conftest import PASSPHRASE, call, needs_model, search_when, server_params
+from tests.conftest import PASSPHRASE, WARMING, call, needs_model, search_warm, search_when, server_params
 
 pytestmark = [
     pytest.mark.anyio,
@@ -39,9 +39,6 @@ MEMORIES = [
     {"text": "Sister Anna lives in Zürich", "entity": "Anna (sister)", "category": "fact"},
 ]
 READY = "memory: local embeddings ready"
-WARMING = "Search by meaning is warming up"
-# How long a test waits for every memory to be embedded: generous, the machine may be busy.
-WARM_WAIT = 600.0
 
 
 @pytest.fixture
@@ -60,17 +57,6 @@ async def server(env: dict[str, str], tmp_path: Path) -> AsyncIterator[tuple[Cli
     with errors.open("w") as errlog:
         async with Client(stdio_client(server_params(env), errlog=errlog)) as client:
             yield client, errors
-
-
-async def search_warm(client: Client, **arguments: Any) -> dict[str, Any]:
-    """Search until the warm-up is done (hybrid, without its note), <= WARM_WAIT s."""
-    deadline = time.monotonic() + WARM_WAIT
-    while True:
-        found = await call(client, "search_memory", **arguments)
-        warming = WARMING in found.get("note", "")
-        if (found["ranking"] == "hybrid" and not warming) or time.monotonic() > deadline:
-            return found
-        await anyio.sleep(0.5)
 
 
 def memory_lines(errors: Path) -> list[str]:

@@ -27,13 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from squirrel_mcp import __version__
-from tests.conftest import PASSPHRASE, call, needs_model
+from tests.conftest import PASSPHRASE, call, needs_model, search_warm
 
 pytestmark = [pytest.mark.slow, needs_model]
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,13 +130,10 @@ async def find_peanuts(command: str, args: list[str], env: dict[str, str], ranki
     async with Client(StdioServerParameters(command=command, args=args, env=env)) as client:
         await call(client, "save_memory", text="Is allergic to peanuts", category="profile")
         await call(client, "save_memory", text="Prefers window seats on long flights", category="preference")
-        # The model loads in the background: searches are lexical until it is ready.
-        deadline = time.monotonic() + 120
-        while True:
-            found = await call(client, "search_memory", query="food allergies")
-            if found["ranking"] == ranking or time.monotonic() > deadline:
-                return found
-            await anyio.sleep(0.25)
+        if ranking == "hybrid":
+            # The model loads and embeds in the background: wait until both are done.
+            return await search_warm(client, query="food allergies")
+        return await call(client, "search_memory", query="food allergies")
 
 
 def init_block(script: str | Path, args: list[str], env: dict[str, str]) -> dict[str, Any]:

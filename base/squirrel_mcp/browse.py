@@ -16,6 +16,8 @@ import json
 import shutil
 import sys
 import textwrap
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -25,11 +27,15 @@ from squirrel_mcp.config import Config
 from squirrel_mcp.memories import MemoryStore
 from squirrel_mcp.models import HALF_LIFE_DAYS, Memory
 from squirrel_mcp.plugins import PluginHost
+from squirrel_mcp.progress import ProgressBar
+from squirrel_mcp.ranking import Progress
 from squirrel_mcp.results import GetResult, ListResult, SearchResult
 
 # How long a search waits for the plugins to start (the embeddings plugin loads its model)
 # before it ranks with whatever is ready; the answer's "ranking" says which it was.
 PLUGIN_START_TIMEOUT = 120.0
+# While a ranker is still preparing (the embeddings plugin's warm-up), how often it is asked again.
+READY_POLL = 0.25
 # The width a line is cut to when the output is not a terminal.
 DEFAULT_WIDTH = 100
 
@@ -120,6 +126,9 @@ def run(config: Config, pm: pluggy.PluginManager, args: argparse.Namespace, stor
         host.wait_started(PLUGIN_START_TIMEOUT)
     try:
         output = call_tool(store, host, name, arguments)
+        # The first call validated the arguments; if a ranker was still preparing, ask again once it is not.
+        if name == "search_memory" and waited_until_prepared(store, host, str(arguments["query"])):
+            output = call_tool(store, host, name, arguments)
     finally:
         host.shutdown()
     if args.json:
@@ -127,6 +136,36 @@ def run(config: Config, pm: pluggy.PluginManager, args: argparse.Namespace, stor
     else:
         print(render(name, output, _width()))
     return 0
+
+
+def waited_until_prepared(store: MemoryStore, host: PluginHost, query: str) -> bool:
+    """Return once no ranker reports that it is still preparing (drawing its progress); True if it waited.
+
+    The server answers during the embeddings plugin's warm-up, with a note saying how far
+    it is; a one-off command has no next search, so it waits for the warm-up to finish
+    (the vectors are kept, so the next command starts where this one stopped).
+    """
+    # Imported here: the other commands do not pay for importing the server.
+    from squirrel_mcp.server import run_search
+
+    waited = False
+    reported: list[Progress] = []
+    with ProgressBar("preparing search by meaning", "memories") as bar:
+        while True:
+            reported.clear()
+            run_search(
+                store,
+                host,
+                query,
+                limit=1,
+                now=datetime.now(UTC),
+                progress=lambda progress, _note: reported.append(progress),
+            )
+            if not reported:
+                return waited
+            waited = True
+            bar(reported[-1].done, reported[-1].total)
+            time.sleep(READY_POLL)
 
 
 def render(name: str, output: dict[str, Any], width: int) -> str:
