@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import stat
+import sys
+import threading
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -390,6 +393,33 @@ def test_the_warm_up_thread_embeds_everything_and_writes_the_file(store: MemoryS
     assert hybrid._warmer is not None and not hybrid._warmer.is_alive()
     hybrid.flush()
     assert len(open_hybrid(store, path, CountingModel(), []).table) == 50
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="per-thread priority is Linux's")
+def test_the_warm_up_thread_runs_below_the_searches_priority(store: MemoryStore, tmp_path: Path) -> None:
+    save_many(store, 20)
+    seen: list[tuple[str, int]] = []
+
+    class Watching(CountingModel):
+        def embed(self, texts: Sequence[str]) -> vectors.Matrix:
+            # On Linux, who=0 is the calling thread.
+            seen.append((threading.current_thread().name, os.getpriority(os.PRIO_PROCESS, 0)))
+            return super().embed(texts)
+
+    hybrid = open_hybrid(store, tmp_path / "v.bin", Watching(), [])
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    if base + plugin.WARM_UP_NICE > 19:
+        pytest.skip("this test already runs at a priority too low to go lower by WARM_UP_NICE")
+    hybrid.start_warm_up()
+    deadline = time.monotonic() + 60
+    while hybrid.pending and time.monotonic() < deadline:
+        time.sleep(0.01)
+    hybrid.stop_warm_up()
+    assert not hybrid.pending
+    assert seen and {name for name, _ in seen} == {"squirrel-mcp-warm-up"}
+    assert {nice for _, nice in seen} == {base + plugin.WARM_UP_NICE}
+    # The searches' threads keep theirs.
+    assert os.getpriority(os.PRIO_PROCESS, 0) == base
 
 
 def test_a_memory_changed_while_embedded_is_embedded_again(store: MemoryStore, tmp_path: Path) -> None:

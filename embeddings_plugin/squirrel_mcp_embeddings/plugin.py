@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import dataclasses
 import functools
 import hashlib
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -69,6 +71,9 @@ WARM_UP_BATCH = 16
 # The runtime's threads per inference: one, so the warm-up keeps one core busy and a search's
 # query embedding runs beside it on another (docs/benchmarks/warmup.md measures both).
 RUNTIME_THREADS = 1
+# The warm-up thread's scheduling priority (Unix nice, on Linux per thread): lower than the
+# searches', so when the cores are contended a search's turn comes first.
+WARM_UP_NICE = 10
 # While warming up, the vector file is written at most this often (and once when it is done).
 SAVE_EVERY = 30.0
 # Of a search's word matches still without a vector, this many are embedded next.
@@ -105,6 +110,17 @@ def recipe(memory: Revision) -> str:
     extras = ", ".join([*memory.tags, *memory.keywords])
     text = f"{memory.entity}: {memory.text}" if memory.entity else memory.text
     return f"{text} ({extras})" if extras else text
+
+
+def _lower_priority(nice: int) -> None:
+    """Lower the calling thread's priority by `nice` (Linux schedules threads one by one).
+
+    Where that is not possible (another system, a sandbox refusing it) nothing changes.
+    """
+    if sys.platform != "linux":
+        return
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + nice)
 
 
 def _duration(seconds: float) -> str:
@@ -279,6 +295,7 @@ class Hybrid:
             self._warmer.start()
 
     def _warm_loop(self) -> None:
+        _lower_priority(WARM_UP_NICE)
         saved_at = self._clock()
         while not self._stopping.is_set():
             with self._lock:
