@@ -25,7 +25,9 @@ from squirrel_mcp import crypto
 from squirrel_mcp.catalog import Catalog
 from squirrel_mcp.checkpoint import LogWatch, Place
 from squirrel_mcp.index import SearchIndex
+from squirrel_mcp.lines import log_line
 from squirrel_mcp.models import Category, Change, Revision, now_iso
+from squirrel_mcp.snapshot import STALE_RECORDS, Snapshots, State
 from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, Storage
 from squirrel_mcp.storage.wire import MAX_RECORDS_PER_APPEND
 
@@ -112,13 +114,18 @@ class MemoryStore:
         """Use `unlock` or `create` rather than this.
 
         With `checkpoints`, the log is checked against this machine's checkpoint
-        there (squirrel_mcp.checkpoint); without, it is not (unit tests).
+        there (squirrel_mcp.checkpoint), and the state decrypted is kept in a
+        snapshot there to open faster (squirrel_mcp.snapshot); without, neither
+        (unit tests).
         """
         self._storage = storage
         self.account_id = account_id
         self._key = data_key
         self._histories: dict[str, _History] = {}
         self._cursor = 0
+        # How many records of the log the view holds, and how many of them the last snapshot held.
+        self._count = 0
+        self._snapshot_count = 0
         self._pulled_at: float | None = None
         # Search's view of the latest live revisions, updated as they are decrypted.
         self.index = SearchIndex()
@@ -133,9 +140,12 @@ class MemoryStore:
         # (plugins, through their memories_changed hook). Called under the lock: be quick.
         self.listeners: list[Callable[[Sequence[Revision]], None]] = []
         self._watch = None if checkpoints is None else LogWatch.of(checkpoints, account_id, data_key)
+        self._snapshots = None if checkpoints is None else Snapshots.of(checkpoints, account_id, data_key)
+        self._snapshot_writer: threading.Thread | None = None
+        self._snapshot_failed = False
         # Told (records decrypted, records pulled) as a refresh goes: the commands' progress bar.
         self.progress = progress
-        self.refresh()
+        self._open_log()
         if self._watch is not None:
             self._watch.opened()
 
@@ -191,11 +201,121 @@ class MemoryStore:
     def refresh(self) -> None:
         """Decrypt whatever was appended since the last look (writes always call this first)."""
         with self._lock:
-            started = time.monotonic()
-            records, self._cursor = self._storage.changes_since(self._cursor)
-            self._pulled_at = started
-            if self._watch is not None:
-                self._watch.pulled(records)
+            self._apply(self._pull())
+            self._snapshot_if_stale()
+
+    def _pull(self) -> list[SealedRecord]:
+        """The records appended since the last pull, chained by the log watch."""
+        started = time.monotonic()
+        records, self._cursor = self._storage.changes_since(self._cursor)
+        self._pulled_at = started
+        if self._watch is not None:
+            self._watch.pulled(records)
+        return records
+
+    def _open_log(self) -> None:
+        """The first pull (the whole log), decrypting only what the snapshot does not already hold."""
+        with self._lock:
+            records = self._pull()
+            state = None
+            if self._snapshots is not None and self._watch is not None:
+                state = self._snapshots.read(self._watch.chain)
+            if state is not None and self._restore(state):
+                records = records[state.count :]
+            self._apply(records)
+            self._snapshot_if_stale()
+
+    def _restore(self, state: State) -> bool:
+        """Take the view, index and catalog from a snapshot's state; False if it does not fit together."""
+        histories: dict[str, _History] = {}
+        newest: dict[str, Revision | None] = {}
+        for memory_id, revisions, unreadable in state.histories:
+            history = histories[memory_id] = _History({r.revision: r for r in revisions}, set(unreadable))
+            newest[memory_id] = history.newest_readable()
+        live = {i: latest for i, latest in newest.items() if latest is not None and not latest.deleted}
+        try:
+            index = SearchIndex.from_image(state.index, live)
+        except (ValueError, KeyError):
+            return False
+        if len(index) != len(live):
+            return False
+        self._histories, self.index = histories, index
+        # What _note_readability would find for each memory, without a call per memory.
+        self._unreadable = {i for i, history in histories.items() if not history.revisions}
+        self._older = {
+            i for i, history in histories.items() if history.unreadable and history.unreadable_above()
+        }
+        # In the order _capture wrote them, oldest change first: the catalog's sort finds them sorted.
+        self._catalog.update(newest)
+        self._count = self._snapshot_count = state.count
+        return True
+
+    def _snapshot_if_stale(self) -> None:
+        """Write a snapshot in the background once STALE_RECORDS records were decrypted past the last."""
+        if self._snapshots is None or self._count - self._snapshot_count < STALE_RECORDS:
+            return
+        if self._snapshot_writer is not None and self._snapshot_writer.is_alive():
+            return
+        self._snapshot_writer = threading.Thread(
+            target=self._write_snapshot, name="squirrel-mcp-snapshot", daemon=True
+        )
+        self._snapshot_writer.start()
+
+    def _capture(self) -> State | None:
+        """The state the view holds now, for a snapshot; None without a log watch. Hold the lock."""
+        link = None if self._watch is None else self._watch.chain.link(self._count)
+        if link is None:
+            return None
+        # Oldest change first, as the catalog orders them (then those with no readable revision):
+        # _restore gives them to the catalog in this order, which its sort then finds in place.
+        order = [revision.id for revision in reversed(self._catalog.newest_first(include_deleted=True))]
+        order += self._unreadable
+        histories = []
+        for memory_id in order:
+            history = self._histories[memory_id]
+            revisions = [history.revisions[n] for n in sorted(history.revisions)]
+            histories.append((memory_id, revisions, sorted(history.unreadable)))
+        return State(self._count, link, histories, self.index.image())
+
+    def _write_snapshot(self) -> None:
+        """Write a snapshot of the view now: captured under the lock, sealed and written outside it."""
+        with self._lock:
+            state = self._capture()
+        if state is None or self._snapshots is None:
+            return
+        try:
+            self._snapshots.write(state)
+        except OSError as error:
+            if not self._snapshot_failed:
+                log_line(
+                    f"the snapshot of the decrypted memories cannot be written to {self._snapshots.path} "
+                    f"({error.strerror}): the next start decrypts every record again"
+                )
+            self._snapshot_failed = True
+        else:
+            self._snapshot_failed = False
+        with self._lock:
+            # Also after a failure: the next try waits for STALE_RECORDS more records.
+            self._snapshot_count = max(self._snapshot_count, state.count)
+
+    def close(self) -> None:
+        """Before the process ends: finish the snapshot being written; write one if STALE_RECORDS behind.
+
+        The store stays usable; without this, a snapshot still being written in
+        the background is lost with the process (the file is left as it was).
+        """
+        writer = self._snapshot_writer
+        if writer is not None:
+            writer.join()
+        with self._lock:
+            stale = self._snapshots is not None and self._count - self._snapshot_count >= STALE_RECORDS
+        if stale:
+            self._write_snapshot()
+
+    def _apply(self, records: list[SealedRecord]) -> None:
+        """Decrypt `records`, pulled in log order, into the view, the index and the catalog."""
+        with self._lock:
+            self._count += len(records)
             for done, record in enumerate(records, 1):
                 if self.progress is not None and done % PROGRESS_STEP == 0:
                     self.progress(done, len(records))
