@@ -243,7 +243,7 @@ class MemoryStore:
         # What _note_readability would find for each memory, without a call per memory.
         self._unreadable = {i for i, history in histories.items() if not history.revisions}
         self._older = {
-            i for i, history in histories.items() if history.unreadable and history.unreadable_above()
+            i for i, history in histories.items() if history.revisions and history.unreadable_above()
         }
         # In the order _capture wrote them, oldest change first: the catalog's sort finds them sorted.
         self._catalog.update(newest)
