@@ -37,6 +37,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -82,6 +83,8 @@ class Variant:
     params: StdioServerParameters
     first_call: tuple[str, dict[str, object]]
     expected_tools: int | None = None
+    # A cache directory emptied before each start: the vault opens without its snapshot.
+    cold_cache: Path | None = None
     listed: list[float] = field(default_factory=list)
     answered: list[float] = field(default_factory=list)
     peak_rss: list[int] = field(default_factory=list)
@@ -121,9 +124,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def squirrel_params(vault: Path, *, plugins: bool = False) -> StdioServerParameters:
+def cache_of(vault: Path) -> Path:
+    """The cache directory of the servers and commands on `vault` (checkpoint, snapshot), beside it."""
+    return vault.with_name(vault.name + ".cache")
+
+
+def squirrel_params(
+    vault: Path, *, plugins: bool = False, cache: Path | None = None
+) -> StdioServerParameters:
     """Start the installed squirrel-mcp on `vault`, the way an MCP client config does."""
-    env = {"SQUIRREL_VAULT": str(vault), "SQUIRREL_PASSPHRASE": PASSPHRASE}
+    env = {
+        "SQUIRREL_VAULT": str(vault),
+        "SQUIRREL_PASSPHRASE": PASSPHRASE,
+        "SQUIRREL_MEMORY_CACHE_DIR": str(cache or cache_of(vault)),
+    }
     if not plugins:
         env["SQUIRREL_MCP_PLUGINS"] = ""
     return StdioServerParameters(command=sys.executable, args=["-m", "squirrel_mcp"], env=env)
@@ -135,6 +149,7 @@ def cli(vault: Path, *args: str) -> None:
         "PATH": os.environ.get("PATH", ""),
         "SQUIRREL_VAULT": str(vault),
         "SQUIRREL_PASSPHRASE": PASSPHRASE,
+        "SQUIRREL_MEMORY_CACHE_DIR": str(cache_of(vault)),
     }
     if "HOME" in os.environ:
         env["HOME"] = os.environ["HOME"]
@@ -195,6 +210,8 @@ def peak_rss(command: list[str]) -> int:
 async def start_once(variant: Variant) -> tuple[float, float, int]:
     """Spawn, list tools, make the first call: seconds to each answer, and the peak RSS then."""
     client = Client(variant.params)
+    if variant.cold_cache is not None:
+        shutil.rmtree(variant.cold_cache, ignore_errors=True)
     gc.collect()
     started = time.perf_counter()
     async with client:
@@ -402,6 +419,17 @@ async def run(args: argparse.Namespace) -> None:
             Variant(f"squirrel-mcp, {size:,} memories", squirrel_params(vault), search)
             for size, vault in vaults.items()
         ]
+        largest = max(vaults)
+        if largest > 0:
+            cold = workdir / "cold-cache"
+            variants.append(
+                Variant(
+                    f"squirrel-mcp, {largest:,} memories, no snapshot (a first start)",
+                    squirrel_params(vaults[largest], cache=cold),
+                    search,
+                    cold_cache=cold,
+                )
+            )
         if 0 in vaults:
             variants.append(
                 Variant(
