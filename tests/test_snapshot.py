@@ -318,13 +318,23 @@ def _damage(path: Path, how: str, account_id: str, data_key: bytes) -> None:
     elif how == "foreign-key":
         text = crypto.open_sealed(crypto.derive_key(data_key, PURPOSE), blob, _ad(account_id))
         path.write_bytes(crypto.seal(crypto.derive_key(data_key, "another purpose"), text, _ad(account_id)))
+    elif how == "other-code":
+        text = crypto.open_sealed(crypto.derive_key(data_key, PURPOSE), blob, _ad(account_id))
+        length = int.from_bytes(text[:4], "big")
+        header = json.loads(text[4 : 4 + length])
+        header["code"] = "0" * 64
+        encoded = json.dumps(header).encode()
+        text = len(encoded).to_bytes(4, "big") + encoded + text[4 + length :]
+        path.write_bytes(crypto.seal(crypto.derive_key(data_key, PURPOSE), text, _ad(account_id)))
     elif how == "other-format":
         header = json.dumps({"format": FORMAT + 1}).encode()
         text = len(header).to_bytes(4, "big") + header
         path.write_bytes(crypto.seal(crypto.derive_key(data_key, PURPOSE), text, _ad(account_id)))
 
 
-@pytest.mark.parametrize("how", ["flipped", "truncated", "empty", "foreign-key", "other-format"])
+@pytest.mark.parametrize(
+    "how", ["flipped", "truncated", "empty", "foreign-key", "other-format", "other-code"]
+)
 def test_a_snapshot_that_does_not_open_is_ignored_and_rewritten(
     tmp_path: Path, how: str, capfd: pytest.CaptureFixture[str]
 ) -> None:

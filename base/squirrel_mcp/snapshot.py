@@ -14,7 +14,7 @@ chain hashes each record's memory id, revision and ciphertext, and decrypting is
 deterministic), so its state is the state decrypting them would give, and only the
 records after them are decrypted and indexed. Anything else (no file, a damaged
 or truncated one, one sealed under another key or for another account, another
-format or byte order, a log shorter than its count, a link that differs: a vault
+format, byte order or code version, a log shorter than its count, a link that differs: a vault
 replaced by an older copy, a record changed) is ignored without a word, and the
 store decrypts the whole log as if there were no snapshot. A snapshot never
 decides what the log holds; the log checkpoint still checks the whole chain.
@@ -35,6 +35,8 @@ file, so its contents, which only this code wrote, are trusted once it opens
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import operator
 import os
@@ -44,11 +46,12 @@ from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
-from squirrel_mcp import crypto
+from squirrel_mcp import crypto, index, models
 from squirrel_mcp.checkpoint import LINK_BYTES, LogChain, Place
 from squirrel_mcp.files import atomic_write
 from squirrel_mcp.index import IndexImage
 from squirrel_mcp.models import Revision
+from squirrel_mcp.text import stopwords, tokens
 
 # The key that seals snapshots: crypto.derive_key(data key, PURPOSE).
 PURPOSE = "state-snapshot"
@@ -77,6 +80,28 @@ class State:
     index: IndexImage
 
 
+@functools.cache
+def code_version() -> str | None:
+    """What a snapshot's state depends on besides the records: this code, and the Python running it.
+
+    Revisions are as `models` validated them and the store (`memories`) kept them;
+    the index is as `index` and `text` built it, with this Python's Unicode tables.
+    Other code (an upgrade, or a change in a checkout) could make another state of
+    the same records, so a snapshot records this (SHA-256 of those modules' source
+    and the Python version) and one written by other code is not used. None when a
+    module's source cannot be read (then no snapshot is used or written).
+    """
+    from squirrel_mcp import memories
+
+    digest = hashlib.sha256(sys.version.encode())
+    for module in (crypto, index, memories, models, stopwords, tokens, sys.modules[__name__]):
+        try:
+            digest.update(Path(str(module.__file__)).read_bytes())
+        except OSError:
+            return None
+    return digest.hexdigest()
+
+
 def _ad(account_id: str) -> bytes:
     return f"squirrel-mcp/v1/state-snapshot|{account_id}|format {FORMAT}".encode()
 
@@ -102,6 +127,7 @@ def encode(state: State) -> list[bytes]:
         "count": state.count,
         "link": state.link.hex(),
         "byteorder": sys.byteorder,
+        "code": code_version(),
         "epoch": image.epoch,
         "sections": [len(section) for section in sections],
     }
@@ -126,6 +152,8 @@ def decode(text: memoryview, chain: LogChain) -> State | None:
     header, start = _header(text)
     count, link = header["count"], bytes.fromhex(str(header["link"]))
     if type(count) is not int or len(link) != LINK_BYTES or header["byteorder"] != sys.byteorder:
+        return None
+    if code_version() is None or header["code"] != code_version():
         return None
     if chain.link(count) != link:
         return None
@@ -224,6 +252,8 @@ class Snapshots:
 
     def write(self, state: State) -> None:
         """Seal `state` into the snapshot file: atomically, mode 0600; OSError when it cannot be written."""
+        if code_version() is None:
+            return
         parts = encode(state)
         blob = bytearray(crypto.SEALED_PREFIX)
         for part in parts:
