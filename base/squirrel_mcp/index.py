@@ -239,7 +239,6 @@ class SearchIndex:
             len(image.categories) == len(image.content) == count
             and len(image.sizes) == len(image.terms)
             and sum(image.sizes) == len(image.docs) == len(image.weights)
-            and max(image.docs, default=0) < max(count, 1)
             and all(doc < count for docs in image.partial.values() for doc in docs)
         ):
             raise ValueError("the index image does not hold together")
@@ -254,6 +253,9 @@ class SearchIndex:
         start = next(offsets)
         postings = index.postings
         for term, end in zip(image.terms, offsets, strict=True):
+            # A posting is in increasing order: its last document is its largest.
+            if end == start or image.docs[end - 1] >= count:
+                raise ValueError("the index image does not hold together")
             postings[term] = Posting(image.docs[start:end], image.weights[start:end])
             start = end
         index.partial = {term: set(docs) for term, docs in image.partial.items()}

@@ -164,15 +164,12 @@ def decode(text: memoryview, chain: LogChain) -> State | None:
     for name, size in zip(_SECTIONS, sizes, strict=True):
         sections[name] = text[start : start + size]
         start += size
-    histories = [
-        (memory_id, _revisions(rows), unreadable)
-        for memory_id, rows, unreadable in json.loads(bytes(sections["histories"]))
-    ]
+    histories = _histories(json.loads(bytes(sections["histories"])))
     return State(count, link, histories, _image(sections, float(header["epoch"])))  # type: ignore[arg-type]
 
 
-def _revisions(rows: list[list[object]]) -> list[Revision]:
-    """Revisions from their fields' values, as `Revision.model_construct` makes them, not validated again.
+def _histories(document: list[tuple[str, list[list[object]], list[int]]]) -> list[History]:
+    """The histories, each revision made from its fields' values as `Revision.model_construct` makes it.
 
     The seal vouches that this module wrote the values, from revisions validated
     when their records were opened. `model_construct` itself loops over the fields
@@ -184,17 +181,20 @@ def _revisions(rows: list[list[object]]) -> list[Revision]:
     new = object.__new__
     assign = object.__setattr__
     every_field = set(FIELDS)
-    revisions = []
-    for values in rows:
-        if len(values) != len(FIELDS):
-            raise ValueError("a revision of the snapshot has the wrong number of fields")
-        revision = new(Revision)
-        assign(revision, "__dict__", dict(zip(FIELDS, values, strict=True)))
-        assign(revision, "__pydantic_fields_set__", every_field.copy())
-        assign(revision, "__pydantic_extra__", None)
-        assign(revision, "__pydantic_private__", None)
-        revisions.append(revision)
-    return revisions
+    histories = []
+    for memory_id, rows, unreadable in document:
+        revisions = []
+        for values in rows:
+            if len(values) != len(FIELDS):
+                raise ValueError("a revision of the snapshot has the wrong number of fields")
+            revision = new(Revision)
+            assign(revision, "__dict__", dict(zip(FIELDS, values, strict=True)))
+            assign(revision, "__pydantic_fields_set__", every_field.copy())
+            assign(revision, "__pydantic_extra__", None)
+            assign(revision, "__pydantic_private__", None)
+            revisions.append(revision)
+        histories.append((memory_id, revisions, unreadable))
+    return histories
 
 
 def _array(typecode: str, data: memoryview) -> array[int] | array[float]:
