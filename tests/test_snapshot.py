@@ -426,6 +426,8 @@ async def test_a_server_started_on_a_snapshot_answers_as_one_without(
     assert path.read_bytes() == written
     fresh = {**vault_env, "SQUIRREL_MEMORY_CACHE_DIR": str(tmp_path / "fresh-cache")}
     assert with_snapshot == await _answers(fresh)
+    # The server without one decrypted every record, and wrote one (in the background, or as it closed).
+    assert len(list((tmp_path / "fresh-cache" / "squirrel-mcp").glob("state-*.snapshot"))) == 1
     # Another process appends; the next server decrypts it after the snapshot's records.
     again = run_cli(vault_env, "import", str(_export(tmp_path / "more.json", 30, 6, 4000)))
     assert again.returncode == 0, again.stderr.decode()

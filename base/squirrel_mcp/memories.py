@@ -26,9 +26,8 @@ from squirrel_mcp import crypto
 from squirrel_mcp.catalog import Catalog
 from squirrel_mcp.checkpoint import LogWatch, Place
 from squirrel_mcp.index import SearchIndex
-from squirrel_mcp.lines import log_line
 from squirrel_mcp.models import Category, Change, Revision, now_iso
-from squirrel_mcp.snapshot import STALE_RECORDS, Snapshots, State
+from squirrel_mcp.snapshot import Snapshots, State
 from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, Storage
 from squirrel_mcp.storage.wire import MAX_RECORDS_PER_APPEND
 
@@ -141,9 +140,8 @@ class MemoryStore:
         self._key = data_key
         self._histories: dict[str, _History] = {}
         self._cursor = 0
-        # How many records of the log the view holds, and how many of them the last snapshot held.
+        # How many records of the log the view holds.
         self._count = 0
-        self._snapshot_count = 0
         self._pulled_at: float | None = None
         # Search's view of the latest live revisions, updated as they are decrypted.
         self.index = SearchIndex()
@@ -159,8 +157,6 @@ class MemoryStore:
         self.listeners: list[Callable[[Sequence[Revision]], None]] = []
         self._watch = None if checkpoints is None else LogWatch.of(checkpoints, account_id, data_key)
         self._snapshots = None if checkpoints is None else Snapshots.of(checkpoints, account_id, data_key)
-        self._snapshot_writer: threading.Thread | None = None
-        self._snapshot_failed = False
         # Told (records decrypted, records pulled) as a refresh goes: the commands' progress bar.
         self.progress = progress
         self._open_log()
@@ -220,7 +216,8 @@ class MemoryStore:
         """Decrypt whatever was appended since the last look (writes always call this first)."""
         with self._lock:
             self._apply(self._pull())
-            self._snapshot_if_stale()
+            if self._snapshots is not None:
+                self._snapshots.write_if_stale(self._count, self._captured)
 
     def _pull(self) -> list[SealedRecord]:
         """The records appended since the last pull, chained by the log watch."""
@@ -238,10 +235,12 @@ class MemoryStore:
             state = None
             if self._snapshots is not None and self._watch is not None:
                 state = self._snapshots.read(self._watch.chain)
-            if state is not None and self._restore(state):
+            if state is not None and self._snapshots is not None and self._restore(state):
+                self._snapshots.covered = state.count
                 records = records[state.count :]
             self._apply(records)
-            self._snapshot_if_stale()
+            if self._snapshots is not None:
+                self._snapshots.write_if_stale(self._count, self._captured)
 
     def _restore(self, state: State) -> bool:
         """Take the view, index and catalog from a snapshot's state; False if it does not fit together."""
@@ -275,25 +274,17 @@ class MemoryStore:
         }
         # In the order _capture wrote them, oldest change first: the catalog's sort finds them sorted.
         self._catalog.update(newest)
-        self._count = self._snapshot_count = state.count
+        self._count = state.count
         return True
 
-    def _snapshot_if_stale(self) -> None:
-        """Write a snapshot in the background once STALE_RECORDS records were decrypted past the last."""
-        if self._snapshots is None or self._count - self._snapshot_count < STALE_RECORDS:
-            return
-        if self._snapshot_writer is not None and self._snapshot_writer.is_alive():
-            return
-        self._snapshot_writer = threading.Thread(
-            target=self._write_snapshot, name="squirrel-mcp-snapshot", daemon=True
-        )
-        self._snapshot_writer.start()
+    def _captured(self) -> State | None:
+        """The state the view holds now, for a snapshot (taken under the lock); None without a log watch."""
+        with self._lock:
+            link = None if self._watch is None else self._watch.chain.link(self._count)
+            return None if link is None else self._capture(link)
 
-    def _capture(self) -> State | None:
-        """The state the view holds now, for a snapshot; None without a log watch. Hold the lock."""
-        link = None if self._watch is None else self._watch.chain.link(self._count)
-        if link is None:
-            return None
+    def _capture(self, link: bytes) -> State:
+        """The state the view holds now, the chain's `link` after its records. Hold the lock."""
         # Oldest change first, as the catalog orders them (then those with no readable revision):
         # _restore gives them to the catalog in this order, which its sort then finds in place.
         order = [revision.id for revision in reversed(self._catalog.newest_first(include_deleted=True))]
@@ -305,40 +296,16 @@ class MemoryStore:
             histories.append((memory_id, revisions, sorted(history.unreadable)))
         return State(self._count, link, histories, self.index.image())
 
-    def _write_snapshot(self) -> None:
-        """Write a snapshot of the view now: captured under the lock, sealed and written outside it."""
-        with self._lock:
-            state = self._capture()
-        if state is None or self._snapshots is None:
-            return
-        try:
-            self._snapshots.write(state)
-        except OSError as error:
-            if not self._snapshot_failed:
-                log_line(
-                    f"the snapshot of the decrypted memories cannot be written to {self._snapshots.path} "
-                    f"({error.strerror}): the next start decrypts every record again"
-                )
-            self._snapshot_failed = True
-        else:
-            self._snapshot_failed = False
-        with self._lock:
-            # Also after a failure: the next try waits for STALE_RECORDS more records.
-            self._snapshot_count = max(self._snapshot_count, state.count)
-
     def close(self) -> None:
         """Before the process ends: finish the snapshot being written; write one if STALE_RECORDS behind.
 
         The store stays usable; without this, a snapshot still being written in
         the background is lost with the process (the file is left as it was).
         """
-        writer = self._snapshot_writer
-        if writer is not None:
-            writer.join()
-        with self._lock:
-            stale = self._snapshots is not None and self._count - self._snapshot_count >= STALE_RECORDS
-        if stale:
-            self._write_snapshot()
+        if self._snapshots is not None:
+            with self._lock:
+                count = self._count
+            self._snapshots.finish(count, self._captured)
 
     def _apply(self, records: list[SealedRecord]) -> None:
         """Decrypt `records`, pulled in log order, into the view, the index and the catalog."""

@@ -42,7 +42,9 @@ import operator
 import os
 import struct
 import sys
+import threading
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +52,7 @@ from squirrel_mcp import crypto, index, models
 from squirrel_mcp.checkpoint import LINK_BYTES, LogChain, Place
 from squirrel_mcp.files import atomic_write
 from squirrel_mcp.index import IndexImage
+from squirrel_mcp.lines import log_line
 from squirrel_mcp.models import Revision
 from squirrel_mcp.text import stopwords, tokens
 
@@ -220,13 +223,17 @@ def _image(sections: dict[str, memoryview], epoch: float) -> IndexImage:
 
 
 class Snapshots:
-    """The snapshot file of one account's log at one place, and the key it is sealed under."""
+    """The snapshot file of one account's log at one place, the key it is sealed under, and its writes."""
 
     def __init__(self, path: Path, key: bytes, account_id: str) -> None:
         """The snapshot at `path`, sealed under `key` for `account_id`."""
         self.path = path
         self._key = key
         self._account_id = account_id
+        #: How many records the snapshot read or last written covers (the store sets it when it uses one).
+        self.covered = 0
+        self._writer: threading.Thread | None = None
+        self._failed = False
 
     @classmethod
     def of(cls, place: Place, account_id: str, data_key: bytes) -> Snapshots:
@@ -249,6 +256,47 @@ class Snapshots:
             return decode(text, chain)
         except (crypto.DecryptionError, ValueError, KeyError, TypeError, IndexError, struct.error):
             return None
+
+    def write_if_stale(self, count: int, capture: Callable[[], State | None]) -> None:
+        """Write `capture()` in a daemon thread if `count` is STALE_RECORDS past what the snapshot covers.
+
+        Not while a write is under way: the next pull (or `finish`) looks again.
+        """
+        if count - self.covered < STALE_RECORDS:
+            return
+        if self._writer is not None and self._writer.is_alive():
+            return
+        self._writer = threading.Thread(
+            target=self._write_captured, args=(capture,), name="squirrel-mcp-snapshot", daemon=True
+        )
+        self._writer.start()
+
+    def finish(self, count: int, capture: Callable[[], State | None]) -> None:
+        """At shutdown: wait for the write under way; then write `capture()` if `count` is still stale."""
+        writer = self._writer
+        if writer is not None:
+            writer.join()
+        if count - self.covered >= STALE_RECORDS:
+            self._write_captured(capture)
+
+    def _write_captured(self, capture: Callable[[], State | None]) -> None:
+        """Write the state `capture` returns (it takes the store's lock; sealing and writing do not)."""
+        state = capture()
+        if state is None:
+            return
+        try:
+            self.write(state)
+        except OSError as error:
+            if not self._failed:
+                log_line(
+                    f"the snapshot of the decrypted memories cannot be written to {self.path} "
+                    f"({error.strerror}): the next start decrypts every record again"
+                )
+            self._failed = True
+        else:
+            self._failed = False
+        # Also after a failure: the next try waits for STALE_RECORDS more records.
+        self.covered = max(self.covered, state.count)
 
     def write(self, state: State) -> None:
         """Seal `state` into the snapshot file: atomically, mode 0600; OSError when it cannot be written."""
