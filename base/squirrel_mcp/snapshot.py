@@ -18,6 +18,9 @@ format, byte order or code version, a log shorter than its count, a link that di
 replaced by an older copy, a record changed) is ignored without a word, and the
 store decrypts the whole log as if there were no snapshot. A snapshot never
 decides what the log holds; the log checkpoint still checks the whole chain.
+The index keeps the epoch it was built with (index.py folds each memory's decay up
+to the epoch into its weights, and a search applies the rest), so its scores are a
+rebuilt index's up to floating-point rounding.
 
 The store writes a snapshot once it decrypted at least STALE_RECORDS records
 beyond the one it read, in the background, and at a clean shutdown when it is
