@@ -8,7 +8,8 @@ decrypted, so a call costs about its page:
 
 - the order: two sorted lists of (updatedAt, id), one of every memory and one of
   the live ones (not deleted), updated by bisection when a few memories change
-  and merged in one sort when many do (the first pull of a vault);
+  and merged in one sort when many do; an empty catalog (a vault's first pull) is
+  filled in one pass;
 - the indexes: for each category, each entity and each tag (ignoring case), the
   ids of the memories that have it (those by entity and tag are built at the first
   listing that filters by them); and live counts per category.
@@ -109,6 +110,9 @@ class Catalog:
 
     def update(self, changed: Mapping[str, Revision | None]) -> None:
         """Make each memory's current revision the one given (None: it has no readable one)."""
+        if not self._current:
+            self._load(changed)
+            return
         bulk = len(changed) > BULK_CHANGES
         for memory_id, revision in changed.items():
             old = self._current.pop(memory_id, None)
@@ -127,6 +131,23 @@ class Catalog:
             self._live.extend(_key(revision) for revision in fresh if not revision.deleted)
             self._all.sort()
             self._live.sort()
+
+    def _load(self, changed: Mapping[str, Revision | None]) -> None:
+        """Fill the empty catalog with the revisions given, in one pass (a vault's first pull)."""
+        current = self._current = {i: revision for i, revision in changed.items() if revision is not None}
+        self._all = sorted([(revision.updatedAt, i) for i, revision in current.items()])
+        self._live = [key for key in self._all if not current[key[1]].deleted]
+        by_category: dict[str, set[str]] = {}
+        for i, revision in current.items():
+            ids = by_category.get(revision.category)
+            if ids is None:
+                by_category[revision.category] = {i}
+            else:
+                ids.add(i)
+        self._by_category = by_category
+        self._live_by_category = Counter(current[key[1]].category for key in self._live)
+        # Built again from `_current` at the first listing by entity or tag.
+        self._by_entity = self._by_tag = None
 
     def _index(self, revision: Revision, *, ordered: bool) -> None:
         memory_id = revision.id

@@ -65,14 +65,14 @@ class Place:
     directory: Path
     location: str
 
-    def file(self, account_id: str) -> Path:
-        """The checkpoint file of `account_id` at this location.
+    def file(self, account_id: str, pattern: str = "log-{}.checkpoint") -> Path:
+        """The file of `account_id` at this location named by `pattern`: the checkpoint by default.
 
-        Named by a hash of both, so neither reaches the file name as it is (an
-        account id comes from storage).
+        Named by a hash of both (put for "{}"), so neither reaches the file name as
+        it is (an account id comes from storage).
         """
         name = hashlib.sha256(f"{account_id}\n{self.location}".encode()).hexdigest()[:32]
-        return self.directory / f"log-{name}.checkpoint"
+        return self.directory / pattern.format(name)
 
 
 def _field(value: bytes) -> bytes:

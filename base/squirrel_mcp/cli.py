@@ -398,7 +398,10 @@ def cmd_export(config: Config, output: str | None, *, force: bool = False) -> in
         _check_output(target, force=force)
     with ProgressBar("reading", "records") as reading:
         store = open_store(config, create=False, progress=reading)
-        export = export_json(store)
+        try:
+            export = export_json(store)
+        finally:
+            store.close()
     if target is None:
         sys.stdout.buffer.write(export.data)
         sys.stdout.flush()
@@ -433,7 +436,10 @@ def cmd_import(config: Config, source: str) -> int:
     parsed = parse_export(data, "stdin" if source == "-" else source)
     with ProgressBar("reading", "records") as reading, ProgressBar("importing", "memories") as importing:
         store = open_store(config, create=config.passphrase is not None, progress=reading)
-        report = import_export(store, parsed, importing)
+        try:
+            report = import_export(store, parsed, importing)
+        finally:
+            store.close()
     print(
         f"imported {report.memories} memories: {report.added} revisions added, "
         f"{report.present} already present, {report.conflicts} conflicting (left as they were)"
@@ -450,7 +456,10 @@ def cmd_import_server_memory(config: Config, source: str) -> int:
     items = server_memory.parse_graph(data, "stdin" if source == "-" else source)
     with ProgressBar("reading", "records") as reading, ProgressBar("importing", "memories") as importing:
         store = open_store(config, create=config.passphrase is not None, progress=reading)
-        report = server_memory.import_graph(store, items, importing)
+        try:
+            report = server_memory.import_graph(store, items, importing)
+        finally:
+            store.close()
     print(
         f"imported {report.entities} entities and {report.relations} relations from server-memory: "
         f"{report.added} memories added, {report.present} already present"
@@ -465,6 +474,8 @@ def cmd_browse(config: Config, pm: pluggy.PluginManager, args: argparse.Namespac
         return browse.run(config, pm, args, store)
     except browse.ToolRefused as error:
         raise UserError(str(error)) from None
+    finally:
+        store.close()
 
 
 def _open_in_background(config: Config, host: PluginHost, opening: Opening) -> None:
@@ -513,6 +524,7 @@ def cmd_serve(config: Config, pm: pluggy.PluginManager) -> int:
         create_server(opening, host).run("stdio")
     finally:
         host.shutdown()
+        opening.close()
     return 0
 
 
@@ -533,6 +545,7 @@ def cmd_ui(args: argparse.Namespace, pm: pluggy.PluginManager | None) -> int:
         serve(store, host, where=_where(config), port=args.port, open_browser=not args.no_browser)
     finally:
         host.shutdown()
+        store.close()
     return 0
 
 

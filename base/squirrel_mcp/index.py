@@ -3,7 +3,9 @@
 The memory store adds a memory when a new revision of it is decrypted and drops
 it when it is deleted, so each save, correction or delete re-tokenizes that one
 memory and a search never tokenizes the vault. Like the decrypted view it is
-built from, the index lives only in the server's memory and is never written to disk.
+built from, the index lives in the server's memory; it reaches the disk only inside
+the sealed snapshot of the decrypted state (`image`, `from_image`, squirrel_mcp.snapshot),
+so that the next start need not tokenize every memory again.
 
 Each posting holds the memory's BM25 term weight for that term, computed once when
 the memory is indexed (an impact-ordered index in the sense of Anh & Moffat,
@@ -46,6 +48,8 @@ import threading
 import time
 from array import array
 from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from squirrel_mcp.models import HALF_LIFE_DAYS, Revision, parse_iso
 from squirrel_mcp.text.stopwords import STOPWORDS
@@ -102,10 +106,10 @@ class Posting:
 
     __slots__ = ("docs", "weights")
 
-    def __init__(self) -> None:
-        """An empty posting."""
-        self.docs = array("I")
-        self.weights = array("d")
+    def __init__(self, docs: array[int] | None = None, weights: array[float] | None = None) -> None:
+        """A posting of `docs` and their `weights` (empty by default)."""
+        self.docs = array("I") if docs is None else docs
+        self.weights = array("d") if weights is None else weights
 
     def __len__(self) -> int:
         """How many memories hold the term."""
@@ -142,6 +146,29 @@ def memory_terms(memory: Revision) -> tuple[Counter[str], Counter[str], int]:
     return Counter(full), Counter(half) if half else Counter(), len(full)
 
 
+@dataclass(frozen=True)
+class IndexImage:
+    """A search index as flat data, to seal in a snapshot and load back without tokenizing (snapshot.py).
+
+    - `epoch`: the moment the weights' decay runs to;
+    - `ids`: each document number's memory id, None for a hole;
+    - `terms`: every term, sorted; `sizes`: how many documents each one's posting holds;
+    - `docs`, `weights`: every posting's two arrays end to end, in the order of `terms`;
+    - `partial`: the terms some documents hold only at half, and those documents;
+    - `categories`, `content`: each document's category code and count of content terms.
+    """
+
+    epoch: float
+    ids: list[str | None]
+    terms: list[str]
+    sizes: array[int]
+    docs: array[int]
+    weights: array[float]
+    partial: dict[str, list[int]]
+    categories: bytes
+    content: array[int]
+
+
 class SearchIndex:
     """Term -> posting (memories, BM25 weights times decay to the epoch) over the live memories.
 
@@ -176,6 +203,64 @@ class SearchIndex:
     def __len__(self) -> int:
         """How many memories the index holds."""
         return len(self._numbers)
+
+    def image(self) -> IndexImage:
+        """The index as it is now, as flat data (copied: later changes do not reach it)."""
+        with self.lock:
+            terms = list(self.vocabulary())
+            sizes = array("I")
+            docs = array("I")
+            weights = array("d")
+            for term in terms:
+                posting = self.postings[term]
+                sizes.append(len(posting.docs))
+                docs.extend(posting.docs)
+                weights.extend(posting.weights)
+            return IndexImage(
+                epoch=self.epoch,
+                ids=[None if memory is None else memory.id for memory in self.docs],
+                terms=terms,
+                sizes=sizes,
+                docs=docs,
+                weights=weights,
+                partial={term: sorted(docs) for term, docs in self.partial.items()},
+                categories=bytes(self.categories),
+                content=array("I", self._content),
+            )
+
+    @classmethod
+    def from_image(cls, image: IndexImage, memories: Mapping[str, Revision]) -> SearchIndex:
+        """The index `image` was taken of, its documents' revisions taken from `memories` (by id).
+
+        ValueError when the image does not hold together (which a sealed image of ours always does).
+        """
+        count = len(image.ids)
+        if not (
+            len(image.categories) == len(image.content) == count
+            and len(image.sizes) == len(image.terms)
+            and sum(image.sizes) == len(image.docs) == len(image.weights)
+            and all(doc < count for docs in image.partial.values() for doc in docs)
+        ):
+            raise ValueError("the index image does not hold together")
+        index = cls()
+        index.epoch = image.epoch
+        index.docs = [None if memory_id is None else memories[memory_id] for memory_id in image.ids]
+        index.categories = bytearray(image.categories)
+        index._content = image.content
+        index._numbers = {memory_id: doc for doc, memory_id in enumerate(image.ids) if memory_id is not None}
+        index._holes = count - len(index._numbers)
+        offsets = itertools.accumulate(image.sizes, initial=0)
+        start = next(offsets)
+        postings = index.postings
+        for term, end in zip(image.terms, offsets, strict=True):
+            # A posting is in increasing order: its last document is its largest.
+            if end == start or image.docs[end - 1] >= count:
+                raise ValueError("the index image does not hold together")
+            postings[term] = Posting(image.docs[start:end], image.weights[start:end])
+            start = end
+        index.partial = {term: set(docs) for term, docs in image.partial.items()}
+        index._vocabulary = image.terms
+        return index
 
     def memory(self, memory_id: str) -> Revision | None:
         """The indexed revision of a live memory, or None when the index holds no memory with this id."""

@@ -12,6 +12,7 @@ first, so its conflict check sees the latest revision storage holds.
 
 from __future__ import annotations
 
+import gc
 import secrets
 import threading
 import time
@@ -26,6 +27,7 @@ from squirrel_mcp.catalog import Catalog
 from squirrel_mcp.checkpoint import LogWatch, Place
 from squirrel_mcp.index import SearchIndex
 from squirrel_mcp.models import Category, Change, Revision, now_iso
+from squirrel_mcp.snapshot import Snapshots, State
 from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, Storage
 from squirrel_mcp.storage.wire import MAX_RECORDS_PER_APPEND
 
@@ -92,6 +94,23 @@ class _History:
         return sorted(number for number in self.unreadable if number > top)
 
 
+@contextmanager
+def _collecting_later() -> Iterator[None]:
+    """Pause the cyclic garbage collector while the first pull makes objects by the hundred thousand.
+
+    Each collection it triggers would walk every object made so far, none of them
+    garbage (the view keeps them): a third of an open from the snapshot at 100,000
+    memories. Reference counting still frees what is dropped meanwhile.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def new_memory_id() -> str:
     """A random 64-bit id in hex: short for an agent to quote, unique enough for one person."""
     return secrets.token_hex(8)
@@ -112,13 +131,17 @@ class MemoryStore:
         """Use `unlock` or `create` rather than this.
 
         With `checkpoints`, the log is checked against this machine's checkpoint
-        there (squirrel_mcp.checkpoint); without, it is not (unit tests).
+        there (squirrel_mcp.checkpoint), and the state decrypted is kept in a
+        snapshot there to open faster (squirrel_mcp.snapshot); without, neither
+        (unit tests).
         """
         self._storage = storage
         self.account_id = account_id
         self._key = data_key
         self._histories: dict[str, _History] = {}
         self._cursor = 0
+        # How many records of the log the view holds.
+        self._count = 0
         self._pulled_at: float | None = None
         # Search's view of the latest live revisions, updated as they are decrypted.
         self.index = SearchIndex()
@@ -133,9 +156,10 @@ class MemoryStore:
         # (plugins, through their memories_changed hook). Called under the lock: be quick.
         self.listeners: list[Callable[[Sequence[Revision]], None]] = []
         self._watch = None if checkpoints is None else LogWatch.of(checkpoints, account_id, data_key)
+        self._snapshots = None if checkpoints is None else Snapshots.of(checkpoints, account_id, data_key)
         # Told (records decrypted, records pulled) as a refresh goes: the commands' progress bar.
         self.progress = progress
-        self.refresh()
+        self._open_log()
         if self._watch is not None:
             self._watch.opened()
 
@@ -191,11 +215,102 @@ class MemoryStore:
     def refresh(self) -> None:
         """Decrypt whatever was appended since the last look (writes always call this first)."""
         with self._lock:
-            started = time.monotonic()
-            records, self._cursor = self._storage.changes_since(self._cursor)
-            self._pulled_at = started
-            if self._watch is not None:
-                self._watch.pulled(records)
+            self._apply(self._pull())
+            if self._snapshots is not None:
+                self._snapshots.write_if_stale(self._count, self._captured)
+
+    def _pull(self) -> list[SealedRecord]:
+        """The records appended since the last pull, chained by the log watch."""
+        started = time.monotonic()
+        records, self._cursor = self._storage.changes_since(self._cursor)
+        self._pulled_at = started
+        if self._watch is not None:
+            self._watch.pulled(records)
+        return records
+
+    def _open_log(self) -> None:
+        """The first pull (the whole log), decrypting only what the snapshot does not already hold."""
+        with self._lock, _collecting_later():
+            records = self._pull()
+            state = None
+            if self._snapshots is not None and self._watch is not None:
+                state = self._snapshots.read(self._watch.chain)
+            if state is not None and self._snapshots is not None and self._restore(state):
+                self._snapshots.covered = state.count
+                records = records[state.count :]
+            self._apply(records)
+            if self._snapshots is not None:
+                self._snapshots.write_if_stale(self._count, self._captured)
+
+    def _restore(self, state: State) -> bool:
+        """Take the view, index and catalog from a snapshot's state; False if it does not fit together."""
+        histories: dict[str, _History] = {}
+        newest: dict[str, Revision | None] = {}
+        live: dict[str, Revision] = {}
+        for memory_id, revisions, unreadable in state.histories:
+            # Oldest first (_capture): the last is the newest readable.
+            latest = newest[memory_id] = revisions[-1] if revisions else None
+            history = _History({r.revision: r for r in revisions} if len(revisions) > 1 else {})
+            if latest is not None:
+                history.revisions[latest.revision] = latest
+                if not latest.deleted:
+                    live[memory_id] = latest
+            if unreadable:
+                history.unreadable.update(unreadable)
+            histories[memory_id] = history
+        try:
+            index = SearchIndex.from_image(state.index, live)
+        except (ValueError, KeyError):
+            return False
+        if len(index) != len(live):
+            return False
+        self._histories, self.index = histories, index
+        # What _note_readability would find for each memory, without a call per memory.
+        self._unreadable = {i for i, history in histories.items() if not history.revisions}
+        self._older = {
+            i
+            for i, history in histories.items()
+            if history.unreadable and history.revisions and history.unreadable_above()
+        }
+        # In the order _capture wrote them, oldest change first: the catalog's sort finds them sorted.
+        self._catalog.update(newest)
+        self._count = state.count
+        return True
+
+    def _captured(self) -> State | None:
+        """The state the view holds now, for a snapshot (taken under the lock); None without a log watch."""
+        with self._lock:
+            link = None if self._watch is None else self._watch.chain.link(self._count)
+            return None if link is None else self._capture(link)
+
+    def _capture(self, link: bytes) -> State:
+        """The state the view holds now, the chain's `link` after its records. Hold the lock."""
+        # Oldest change first, as the catalog orders them (then those with no readable revision):
+        # _restore gives them to the catalog in this order, which its sort then finds in place.
+        order = [revision.id for revision in reversed(self._catalog.newest_first(include_deleted=True))]
+        order += self._unreadable
+        histories = []
+        for memory_id in order:
+            history = self._histories[memory_id]
+            revisions = [history.revisions[n] for n in sorted(history.revisions)]
+            histories.append((memory_id, revisions, sorted(history.unreadable)))
+        return State(self._count, link, histories, self.index.image())
+
+    def close(self) -> None:
+        """Before the process ends: finish the snapshot being written; write one if STALE_RECORDS behind.
+
+        The store stays usable; without this, a snapshot still being written in
+        the background is lost with the process (the file is left as it was).
+        """
+        if self._snapshots is not None:
+            with self._lock:
+                count = self._count
+            self._snapshots.finish(count, self._captured)
+
+    def _apply(self, records: list[SealedRecord]) -> None:
+        """Decrypt `records`, pulled in log order, into the view, the index and the catalog."""
+        with self._lock:
+            self._count += len(records)
             for done, record in enumerate(records, 1):
                 if self.progress is not None and done % PROGRESS_STEP == 0:
                     self.progress(done, len(records))

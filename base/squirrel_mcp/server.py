@@ -130,6 +130,11 @@ class Opening:
         self._failure = line
         self._done.set()
 
+    def close(self) -> None:
+        """At shutdown: an opened store finishes, or writes, its snapshot (`MemoryStore.close`)."""
+        if self._store is not None:
+            self._store.close()
+
     def wait(self, timeout: float = OPEN_WAIT) -> MemoryStore:
         """The open store, after waiting up to `timeout` seconds for it; else a ToolError saying why not."""
         if not self._done.wait(timeout):
