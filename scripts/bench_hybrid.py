@@ -194,8 +194,9 @@ def report(rows: list[dict[str, float]], speed: dict[str, float], rss_model: flo
         "is the process's peak so far (Linux `ru_maxrss`), so the 10k row is the figure with the model "
         "loaded at 10,000 memories (index, vectors and model).",
         f"- Embedding memories (the warm-up's work): {per_memory:.2f} ms per memory in batches of "
-        f"{plugin.WARM_UP_BATCH}, measured on {speed['count']:,} recall-corpus memories with the runtime's "
-        f"default threads; so 5,000 memories take about {5000 * per_memory / 1000:.0f} s. The warm-up runs "
+        f"{plugin.WARM_UP_BATCH}, measured on {speed['count']:,} recall-corpus memories with the "
+        f"plugin's runtime ({plugin.RUNTIME_THREADS} thread per inference); so 5,000 memories take about "
+        f"{5000 * per_memory / 1000:.0f} s. The warm-up runs "
         "in the background on one thread; its timeline is in docs/benchmarks/warmup.md.",
         "- A search is the server's two steps: `search.search` over every word match (an installed ranker "
         "gets them all), then the plugin's `rank_memories` (query embedded, one matrix product, fused order, "
