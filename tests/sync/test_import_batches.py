@@ -162,6 +162,11 @@ def graph_file(path: Path, entities: int, observations: int) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def new_machine(env: dict[str, str], tmp_path: Path, name: str) -> dict[str, str]:
+    """`env` with a cache directory of its own: no state snapshot, so every record is decrypted."""
+    return {**env, "XDG_CACHE_HOME": str(tmp_path / f"cache-of-machine-{name}")}
+
+
 def test_import_and_export_draw_a_progress_bar_only_on_a_terminal(tmp_path: Path) -> None:
     database = f"sqlite:///{tmp_path}/sync-db/sync.sqlite3"
     with start_sync_server(database, *SLOW_RATE, log=tmp_path / "sync-server.log") as server:
@@ -174,7 +179,11 @@ def test_import_and_export_draw_a_progress_bar_only_on_a_terminal(tmp_path: Path
         assert piped.returncode == 0, piped.stderr
         assert piped.stderr.decode() == ""
 
-        status, shown = run_on_terminal(env, "export", "-o", str(tmp_path / "back.json"))
+        # The bar shows the records decrypted: on a machine with a state snapshot there are none
+        # to decrypt, so these commands run as on a machine new to the account (a fresh cache).
+        status, shown = run_on_terminal(
+            new_machine(env, tmp_path, "b"), "export", "-o", str(tmp_path / "back.json")
+        )
         assert status == 0, shown
         assert "squirrel-mcp: reading [" in shown and "records" in shown
         # Erased once done: the last thing before the closing line is the erase sequence.
@@ -186,6 +195,6 @@ def test_import_and_export_draw_a_progress_bar_only_on_a_terminal(tmp_path: Path
         assert status == 0, shown
         assert "squirrel-mcp: importing [" in shown and "/600 memories" in shown
 
-        status, shown = run_on_terminal(env, "import", str(file))
+        status, shown = run_on_terminal(new_machine(env, tmp_path, "c"), "import", str(file))
         assert status == 0, shown
         assert "squirrel-mcp: reading [" in shown
