@@ -32,10 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-from squirrel_mcp import search
-from squirrel_mcp.index import SearchIndex
-from squirrel_mcp.models import Revision
-from squirrel_mcp.ranking import RankOptions
+from squirrel_mcp.core.models import Revision
+from squirrel_mcp.search import bm25 as search
+from squirrel_mcp.search.index import SearchIndex
+from squirrel_mcp.search.ranking import RankOptions
 from squirrel_mcp_embeddings import embedder, plugin, vectors
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,13 +1,13 @@
 """list_memories and get_context at 100,000 memories: the catalog's page against a sort per call.
 
 What is measured, in process (no MCP round trip): the tool functions
-`squirrel_mcp.server.list_memories` and `get_context`, called on a real store (a
+`squirrel_mcp.server.tools.list_memories` and `get_context`, called on a real store (a
 local SQLite vault, cheap key derivation: unlocking is not measured), filled by
 `import_export` with the seeded synthetic memories of scripts/bench_search.py
 (timestamps over two years, seven categories, 300 entities, Zipf-distributed tags).
 Each call includes the pull that every tool call makes (`refresh_if_stale`).
 
-"Before" is what these tools did until the catalog (squirrel_mcp/catalog.py): every
+"Before" is what these tools did until the catalog (squirrel_mcp/book/catalog.py): every
 current revision sorted by (updatedAt, id) on each call, then filtered and sliced;
 it is replayed on the same store, in the same process, with the same arguments, and
 its answers are checked to be the tools' own. The two alternate, call by call.
@@ -33,12 +33,13 @@ from typing import TypeVar
 
 from bench_search import Corpus
 
-from squirrel_mcp import crypto, server
-from squirrel_mcp.memories import MemoryStore
-from squirrel_mcp.models import HALF_LIFE_DAYS, Revision
-from squirrel_mcp.plugins import PluginHost, get_plugin_manager
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.book.transfer import ExportedMemory, ExportFile, import_export
+from squirrel_mcp.core.models import HALF_LIFE_DAYS, Revision
+from squirrel_mcp.keys import crypto
+from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager
+from squirrel_mcp.server import tools as server
 from squirrel_mcp.storage.local import LocalVault
-from squirrel_mcp.transfer import ExportedMemory, ExportFile, import_export
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO / "docs" / "benchmarks" / "listing.md"
@@ -186,7 +187,7 @@ def render(rows: list[tuple[str, list[float], list[float]]], args: argparse.Name
         "# Listing at scale",
         "",
         f"`list_memories` and `get_context` on a vault of {args.memories:,} memories, in process",
-        "(the tool functions of `squirrel_mcp.server`, without the MCP round trip), each call",
+        "(the tool functions of `squirrel_mcp.server.tools`, without the MCP round trip), each call",
         "including its pull. *Now*: the catalog keeps the current revisions in order, so a call",
         "costs about its page. *Before*: every current revision sorted per call, then filtered",
         "(what the tools did before the catalog), replayed on the same store in the same run;",

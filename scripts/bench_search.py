@@ -30,9 +30,9 @@ per engine and size; the report is written to docs/benchmarks.md (`nox -s bench`
 With `--crafted`, it measures instead the worst query the search tool takes, before
 and after the bounds on a query's work (docs/search.md, "Limits"): 999 characters
 of the 250 most common three-letter prefixes of a 3,000-memory vault's words, through
-`squirrel_mcp.server.run_search` on a real store, with a throwaway ranker plugin
+`squirrel_mcp.server.tools.run_search` on a real store, with a throwaway ranker plugin
 installed that scores every candidate (so every match is scored, as with a ranker
-by meaning). "Before" is `squirrel_mcp/search.py` as of the commit `--before` names,
+by meaning). "Before" is `squirrel_mcp/search/bm25.py` as of the commit `--before` names,
 loaded from git and put in place of the current one for its runs; the two alternate,
 run by run. Ordinary queries are run both ways too, and must give identical hits.
 The report is written to docs/benchmarks/search-limits.md.
@@ -59,12 +59,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 
-from squirrel_mcp import crypto, hookspecs, plugins, search, server
-from squirrel_mcp.config import Config
-from squirrel_mcp.index import FIELD_WEIGHTS, SearchIndex
-from squirrel_mcp.memories import MemoryStore
-from squirrel_mcp.models import HALF_LIFE_DAYS, Revision
-from squirrel_mcp.ranking import Candidate, RankedHit, Ranking, RankOptions
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.core.config import Config
+from squirrel_mcp.core.models import HALF_LIFE_DAYS, Revision
+from squirrel_mcp.keys import crypto
+from squirrel_mcp.plugins import hookspecs
+from squirrel_mcp.plugins import manager as plugins
+from squirrel_mcp.search import bm25 as search
+from squirrel_mcp.search.index import FIELD_WEIGHTS, SearchIndex
+from squirrel_mcp.search.ranking import Candidate, RankedHit, Ranking, RankOptions
+from squirrel_mcp.server import tools as server
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp.text.tokens import fold, matches_prefixes
 
@@ -350,9 +354,9 @@ class ScoringRanker:
 
 
 def search_as_of(commit: str) -> ModuleType:
-    """`squirrel_mcp/search.py` as it was at `commit`, loaded as a module of its own."""
+    """`squirrel_mcp/search/bm25.py` as it was at `commit`, loaded as a module of its own."""
     source = subprocess.run(
-        ["git", "-C", str(REPO), "show", f"{commit}:base/squirrel_mcp/search.py"],
+        ["git", "-C", str(REPO), "show", f"{commit}:base/squirrel_mcp/search/bm25.py"],
         capture_output=True,
         text=True,
         check=True,
@@ -453,10 +457,10 @@ def crafted_report(
             "# A crafted query, before and after the bounds on a query's work",
             "",
             "Written by `scripts/bench_search.py --crafted`. One search through",
-            "`squirrel_mcp.server.run_search` (what `search_memory` runs, minus the MCP round trip)",
+            "`squirrel_mcp.server.tools.run_search` (what `search_memory` runs, minus the MCP round trip)",
             "on a real store of 3,000 memories, with a throwaway ranker plugin installed that scores",
             "every candidate, so the search scores every match as it does for a ranker by meaning.",
-            f'"Before" is `squirrel_mcp/search.py` as of commit {args.before}, "after" this checkout;',
+            f'"Before" is `squirrel_mcp/search/bm25.py` as of commit {args.before}, "after" this checkout;',
             "the two alternate run by run, in the same process, on the same store.",
             "",
             f"The query: the {outline['words']} three-letter prefixes most held in the vault's words,",

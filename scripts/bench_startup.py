@@ -258,7 +258,7 @@ def summarize(times: list[float]) -> Summary:
 
 def scrypt_reference(repeats: int = 5) -> float:
     """Median milliseconds of squirrel-mcp's key derivation alone (scrypt, default parameters), in-process."""
-    from squirrel_mcp import crypto
+    from squirrel_mcp.keys import crypto
 
     samples = []
     for _ in range(repeats):

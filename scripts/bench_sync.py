@@ -12,7 +12,7 @@ process on a fresh database:
   machine pays on its first start, as records per second;
 - `import` of an export file into an account on the server, at the server's default
   rate limit (SQLite only: the rate limit, not the database, sets its pace), in process
-  (`squirrel_mcp.transfer.import_export` over `RemoteStorage`, cheap key derivation):
+  (`squirrel_mcp.book.transfer.import_export` over `RemoteStorage`, cheap key derivation):
   now (one pull, then appends of up to 500 records across memories), and before (each
   memory on its own: a pull, an append and a pull, what import did until it batched,
   replayed through `MemoryStore.import_history` one memory at a time) for the sizes
@@ -47,11 +47,11 @@ from urllib.parse import urlsplit, urlunsplit
 import requests
 from bench_search import Corpus
 
-from squirrel_mcp import crypto
-from squirrel_mcp.memories import MemoryStore
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.book.transfer import ExportedMemory, ExportFile, import_export
+from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage.remote import RemoteStorage
 from squirrel_mcp.syncserver.app import Limits
-from squirrel_mcp.transfer import ExportedMemory, ExportFile, import_export
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO / "docs" / "benchmarks" / "sync.md"

@@ -40,11 +40,12 @@ from mcp import Client, StdioServerParameters
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_hybrid
 
-from squirrel_mcp import crypto, search
-from squirrel_mcp.index import SearchIndex
-from squirrel_mcp.memories import MemoryReader, MemoryStore
-from squirrel_mcp.models import Revision
-from squirrel_mcp.ranking import RankOptions
+from squirrel_mcp.book.memories import MemoryReader, MemoryStore
+from squirrel_mcp.core.models import Revision
+from squirrel_mcp.keys import crypto
+from squirrel_mcp.search import bm25 as search
+from squirrel_mcp.search.index import SearchIndex
+from squirrel_mcp.search.ranking import RankOptions
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp_embeddings import embedder, integrity, plugin, vectors
 

@@ -27,7 +27,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from squirrel_mcp.models import HALF_LIFE_DAYS
+from squirrel_mcp.core.models import HALF_LIFE_DAYS
 from squirrel_mcp_embeddings.integrity import PACKAGED_MODEL_DIR
 
 PASSPHRASE = "correct horse battery staple"

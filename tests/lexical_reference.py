@@ -3,7 +3,7 @@
 Postings are dicts of memory id -> weight, a memory's weights are summed term by
 term and field by field, each query term's contribution is added memory by memory,
 and prefixes are found by scanning every term. It is the search as it was written
-before the index became compact (`squirrel_mcp.index`, `squirrel_mcp.search`), kept
+before the index became compact (`squirrel_mcp.search.index`, `squirrel_mcp.search.bm25`), kept
 here so tests/test_search_reference.py can demand the very same numbers from it.
 """
 
@@ -15,16 +15,16 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-from squirrel_mcp.index import BM25_B, BM25_K1, FIELD_WEIGHTS, HALF, TYPICAL_LENGTH, recency, saturate
-from squirrel_mcp.models import HALF_LIFE_DAYS, Revision, parse_iso
-from squirrel_mcp.ranking import Candidate
-from squirrel_mcp.search import (
+from squirrel_mcp.core.models import HALF_LIFE_DAYS, Revision, parse_iso
+from squirrel_mcp.search.bm25 import (
     MAX_QUERY_EXPANSIONS,
     MAX_QUERY_TERMS,
     MAX_TERM_EXPANSIONS,
     PREFIX,
     Outcome,
 )
+from squirrel_mcp.search.index import BM25_B, BM25_K1, FIELD_WEIGHTS, HALF, TYPICAL_LENGTH, recency, saturate
+from squirrel_mcp.search.ranking import Candidate
 from squirrel_mcp.text.stopwords import STOPWORDS
 from squirrel_mcp.text.tokens import (
     QueryWord,

@@ -44,7 +44,7 @@ def test_init_creates_a_vault_and_prints_a_client_config(vault_env: dict[str, st
 
 
 def test_the_printed_command_is_the_script_that_ran_or_the_uvx_form(tmp_path: Path) -> None:
-    from squirrel_mcp import cli
+    from squirrel_mcp.cli import main as cli
 
     script = Path(sys.prefix) / "bin" / "squirrel-mcp"
     original = sys.argv[0]

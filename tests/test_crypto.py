@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from squirrel_mcp import crypto
+from squirrel_mcp.keys import crypto
 
 FAST = crypto.KdfParams(salt=b"s" * crypto.SALT_BYTES, n=2**14)
 KEY = b"k" * crypto.KEY_BYTES

@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from squirrel_mcp.crypto import SALT_BYTES, KdfParams
-from squirrel_mcp.memories import MemoryStore
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.keys.crypto import SALT_BYTES, KdfParams
 from squirrel_mcp.storage.local import LocalVault
 from tests.conftest import PASSPHRASE, run_cli, secrets_of_this_test
 

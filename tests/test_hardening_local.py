@@ -30,9 +30,11 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from pydantic import BaseModel
 
-from squirrel_mcp import cli, crypto, transfer
-from squirrel_mcp.files import STALE_TEMP_SECONDS, TEMP_MARKER, atomic_write
-from squirrel_mcp.memories import MemoryStore
+from squirrel_mcp.book import transfer
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.cli import main as cli
+from squirrel_mcp.core.files import STALE_TEMP_SECONDS, TEMP_MARKER, atomic_write
+from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage.local import LocalVault
 from tests.conftest import PASSPHRASE, call, run_cli, secrets_of_this_test, served_error, server_params
 

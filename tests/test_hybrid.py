@@ -24,11 +24,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from squirrel_mcp import crypto
-from squirrel_mcp.memories import MemoryReader, MemoryStore
-from squirrel_mcp.models import Revision
-from squirrel_mcp.ranking import Candidate, Ranking, RankOptions, check_ranking
-from squirrel_mcp.search import decay
+from squirrel_mcp.book.memories import MemoryReader, MemoryStore
+from squirrel_mcp.core.models import Revision
+from squirrel_mcp.keys import crypto
+from squirrel_mcp.search.bm25 import decay
+from squirrel_mcp.search.ranking import Candidate, Ranking, RankOptions, check_ranking
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp_embeddings import fusion, plugin, vectors
 from squirrel_mcp_embeddings.fusion import EVERY_WORD, fuse, fused_score

@@ -20,8 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from squirrel_mcp import search
-from squirrel_mcp.index import SearchIndex
+from squirrel_mcp.search import bm25 as search
+from squirrel_mcp.search.index import SearchIndex
 from squirrel_mcp_embeddings import fusion, plugin
 from tests.conftest import needs_model
 from tests.recall.corpus import CORPUS, NOW, QUERIES, hex_id, revision

@@ -20,8 +20,8 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import stdio_client
 
-from squirrel_mcp import crypto
-from squirrel_mcp.memories import MemoryStore
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp_embeddings import plugin
 from squirrel_mcp_embeddings.integrity import PACKAGED_MODEL_DIR

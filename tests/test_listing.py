@@ -1,6 +1,6 @@
 """Listings cost their page, and answer exactly what sorting every memory answered.
 
-The catalog (squirrel_mcp/catalog.py) keeps the current revisions in order as they
+The catalog (squirrel_mcp/book/catalog.py) keeps the current revisions in order as they
 change; these tests hold its pages, totals and counts against the plain definition
 (every current revision sorted by (updatedAt, id), newest first, then filtered):
 in process over random changes, then through the real server's list_memories and
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from squirrel_mcp.catalog import BULK_CHANGES, Catalog, Filters
-from squirrel_mcp.models import HALF_LIFE_DAYS, Revision
+from squirrel_mcp.book.catalog import BULK_CHANGES, Catalog, Filters
+from squirrel_mcp.core.models import HALF_LIFE_DAYS, Revision
 from tests.conftest import call, run_cli, server_params
 
 CATEGORIES = sorted(HALF_LIFE_DAYS)

@@ -1,6 +1,6 @@
 """Log integrity: a rolled-back vault, or one with a record deleted, is noticed, and nothing is written on it.
 
-In process: the checkpoint file and the watch over the log (squirrel_mcp.checkpoint)
+In process: the checkpoint file and the watch over the log (squirrel_mcp.book.checkpoint)
 on synthetic records and on a real vault. Then through the real server over stdio
 and the real command line: a vault put back to an older copy, and a vault with a
 record deleted by sqlite3, are each noticed at the next start (one stderr line, a
@@ -19,16 +19,9 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from squirrel_mcp import crypto
-from squirrel_mcp.checkpoint import (
-    ACCEPT_COMMAND,
-    LogChain,
-    LogWatch,
-    Place,
-    next_link,
-    read_checkpoint,
-)
-from squirrel_mcp.memories import LogDivergedError, MemoryStore
+from squirrel_mcp.book.checkpoint import ACCEPT_COMMAND, LogChain, LogWatch, Place, next_link, read_checkpoint
+from squirrel_mcp.book.memories import LogDivergedError, MemoryStore
+from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage import SealedRecord
 from squirrel_mcp.storage.local import LocalVault
 from tests.conftest import call, call_error, run_cli, secrets_of_this_test, server_params

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from squirrel_mcp import crypto
-from squirrel_mcp.memories import ConflictError, MemoryStore, UnknownMemoryError
-from squirrel_mcp.models import Revision
+from squirrel_mcp.book.memories import ConflictError, MemoryStore, UnknownMemoryError
+from squirrel_mcp.core.models import Revision
+from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage.local import LocalVault
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from squirrel_mcp import crypto
-from squirrel_mcp.memories import MemoryStore
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage.local import LocalVault
 from tests.conftest import PASSPHRASE, call, run_cli, secrets_of_this_test, served_error, server_params
 

@@ -16,7 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from squirrel_mcp import checks, config, hookspecs, memories, models, plugin_api, plugins, ranking, search
+from squirrel_mcp import plugin_api
+from squirrel_mcp.book import memories
+from squirrel_mcp.core import config, models
+from squirrel_mcp.plugins import checks, hookspecs
+from squirrel_mcp.plugins import manager as plugins
+from squirrel_mcp.search import bm25 as search
+from squirrel_mcp.search import ranking
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "plugins.md"
@@ -57,17 +63,17 @@ def test_plugins_import_only_the_api_module(path: Path) -> None:
 
 def test_the_import_scan_sees_every_form() -> None:
     source = (
-        "import squirrel_mcp.ranking\n"
-        "from squirrel_mcp import hookspecs\n"
-        "from squirrel_mcp.memories import MemoryReader\n"
+        "import squirrel_mcp.search.ranking\n"
+        "from squirrel_mcp import plugins\n"
+        "from squirrel_mcp.book.memories import MemoryReader\n"
         "import squirrel_mcp_embeddings\n"
-        "def f():\n    from squirrel_mcp.config import Config\n"
+        "def f():\n    from squirrel_mcp.core.config import Config\n"
     )
     assert sorted(squirrel_imports(source)) == [
-        "squirrel_mcp.config",
-        "squirrel_mcp.hookspecs",
-        "squirrel_mcp.memories",
-        "squirrel_mcp.ranking",
+        "squirrel_mcp.book.memories",
+        "squirrel_mcp.core.config",
+        "squirrel_mcp.plugins",
+        "squirrel_mcp.search.ranking",
     ]
 
 

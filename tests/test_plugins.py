@@ -19,11 +19,14 @@ from typing import Any
 
 import pytest
 
-from squirrel_mcp import crypto, hookspecs, plugins, server
-from squirrel_mcp.config import Config
-from squirrel_mcp.memories import MemoryReader, MemoryStore
-from squirrel_mcp.models import Revision
-from squirrel_mcp.ranking import MAX_NOTE_CHARS, Candidate, Progress, RankedHit, Ranking, RankOptions
+from squirrel_mcp.book.memories import MemoryReader, MemoryStore
+from squirrel_mcp.core.config import Config
+from squirrel_mcp.core.models import Revision
+from squirrel_mcp.keys import crypto
+from squirrel_mcp.plugins import hookspecs
+from squirrel_mcp.plugins import manager as plugins
+from squirrel_mcp.search.ranking import MAX_NOTE_CHARS, Candidate, Progress, RankedHit, Ranking, RankOptions
+from squirrel_mcp.server import tools as server
 from squirrel_mcp.storage.local import LocalVault
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -310,7 +313,7 @@ def test_hook_register_commands(
     register: Callable[[object, str], None],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from squirrel_mcp import cli
+    from squirrel_mcp.cli import main as cli
 
     class Greeter:
         @hookspecs.hookimpl
@@ -338,8 +341,8 @@ def test_hook_register_commands(
 def test_hook_doctor_checks(
     pm: plugins.pluggy.PluginManager, register: Callable[[object, str], None], store: MemoryStore
 ) -> None:
-    from squirrel_mcp import doctor
-    from squirrel_mcp.checks import Check
+    from squirrel_mcp.cli import doctor
+    from squirrel_mcp.plugins.checks import Check
 
     seen: list[object] = []
 
@@ -505,7 +508,7 @@ def fake_distribution(where: Path, name: str, module: str, source: str) -> None:
 
 
 RANKER_SOURCE = """
-from squirrel_mcp.hookspecs import hookimpl
+from squirrel_mcp.plugins.hookspecs import hookimpl
 
 @hookimpl
 def startup(log):

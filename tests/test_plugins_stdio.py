@@ -25,8 +25,8 @@ import math
 import os
 import time
 
-from squirrel_mcp.hookspecs import hookimpl
-from squirrel_mcp.ranking import RankedHit, Ranking
+from squirrel_mcp.plugins.hookspecs import hookimpl
+from squirrel_mcp.search.ranking import RankedHit, Ranking
 
 MODE = os.environ["FAULTY_RANKER_MODE"]
 

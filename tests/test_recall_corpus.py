@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import pytest
 
-from squirrel_mcp import search
-from squirrel_mcp.index import SearchIndex
-from squirrel_mcp.models import HALF_LIFE_DAYS
+from squirrel_mcp.core.models import HALF_LIFE_DAYS
+from squirrel_mcp.search import bm25 as search
+from squirrel_mcp.search.index import SearchIndex
 from squirrel_mcp.text.stopwords import STOPWORDS
 from squirrel_mcp.text.tokens import begins_with, document_terms, matches_prefixes, query_words
 from tests.recall.corpus import BY_ID, CORPUS, NOW, QUERIES, RANKING, SCRIPTS, SETS, TOP, measure, revision

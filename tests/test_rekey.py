@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from squirrel_mcp import crypto, rekey
-from squirrel_mcp.memories import MemoryStore
+from squirrel_mcp.book import rekey
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage import Account, KeyChanged
 from squirrel_mcp.storage.local import LocalVault
 from tests.conftest import PASSPHRASE

@@ -14,10 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from squirrel_mcp import crypto, search
-from squirrel_mcp.index import SearchIndex
-from squirrel_mcp.memories import MemoryStore
-from squirrel_mcp.models import HALF_LIFE_DAYS, Revision
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.core.models import HALF_LIFE_DAYS, Revision
+from squirrel_mcp.keys import crypto
+from squirrel_mcp.search import bm25 as search
+from squirrel_mcp.search.index import SearchIndex
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp.text import tokens
 from squirrel_mcp.text.stopwords import STOPWORDS
@@ -332,7 +333,7 @@ def test_a_search_never_tokenizes_the_memories(monkeypatch: pytest.MonkeyPatch) 
     def refuse(text: str) -> tokens.Terms:
         raise AssertionError("a search tokenized a memory")
 
-    monkeypatch.setattr("squirrel_mcp.index.document_terms", refuse)
+    monkeypatch.setattr("squirrel_mcp.search.index.document_terms", refuse)
     assert run(index, "gardens").total == 50
 
 

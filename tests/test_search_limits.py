@@ -18,8 +18,8 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import stdio_client
 
-from squirrel_mcp import search
-from squirrel_mcp.index import SearchIndex
+from squirrel_mcp.search import bm25 as search
+from squirrel_mcp.search.index import SearchIndex
 from squirrel_mcp.text.stopwords import STOPWORDS
 from squirrel_mcp.text.tokens import QueryWord, query_words
 from tests.conftest import call, search_when, server_params
@@ -153,8 +153,8 @@ def test_no_recall_corpus_query_reaches_a_bound(queries: list[dict[str, object]]
 # Through the real server over stdio, with a ranker installed ----------------------
 
 SCORING_RANKER = """
-from squirrel_mcp.hookspecs import hookimpl
-from squirrel_mcp.ranking import RankedHit, Ranking
+from squirrel_mcp.plugins.hookspecs import hookimpl
+from squirrel_mcp.search.ranking import RankedHit, Ranking
 
 
 @hookimpl

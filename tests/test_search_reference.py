@@ -20,9 +20,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from squirrel_mcp import search
-from squirrel_mcp.index import SearchIndex
-from squirrel_mcp.models import HALF_LIFE_DAYS, Revision
+from squirrel_mcp.core.models import HALF_LIFE_DAYS, Revision
+from squirrel_mcp.search import bm25 as search
+from squirrel_mcp.search.index import SearchIndex
 from squirrel_mcp.text.tokens import document_terms
 from tests import lexical_reference as reference
 

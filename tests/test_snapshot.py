@@ -23,13 +23,13 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from squirrel_mcp import crypto
-from squirrel_mcp.catalog import Filters
-from squirrel_mcp.checkpoint import Place
-from squirrel_mcp.memories import LogDivergedError, MemoryStore
-from squirrel_mcp.models import Revision
-from squirrel_mcp.search import search
-from squirrel_mcp.snapshot import FORMAT, PURPOSE, STALE_RECORDS, _ad
+from squirrel_mcp.book.catalog import Filters
+from squirrel_mcp.book.checkpoint import Place
+from squirrel_mcp.book.memories import LogDivergedError, MemoryStore
+from squirrel_mcp.book.snapshot import FORMAT, PURPOSE, STALE_RECORDS, _ad
+from squirrel_mcp.core.models import Revision
+from squirrel_mcp.keys import crypto
+from squirrel_mcp.search.bm25 import search
 from squirrel_mcp.storage import SealedRecord
 from squirrel_mcp.storage.local import LocalVault
 from tests.conftest import call, run_cli, server_params

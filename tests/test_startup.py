@@ -19,8 +19,8 @@ import anyio.to_thread
 import pytest
 from mcp import Client
 
-from squirrel_mcp import crypto
-from squirrel_mcp.memories import MemoryStore
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage.local import LocalVault
 from tests.conftest import PASSPHRASE, call_error, run_cli, secrets_of_this_test, server_params
 from tests.sync.conftest import serve_on_loopback, start_sync_server

@@ -30,7 +30,7 @@ from mcp_types import (
     JSONRPCResponse,
 )
 
-from squirrel_mcp.stdio import line_transport, text_in, text_out
+from squirrel_mcp.server.stdio import line_transport, text_in, text_out
 
 pytestmark = pytest.mark.anyio
 
@@ -323,7 +323,7 @@ async def test_a_client_that_stops_reading_is_not_waited_for() -> None:
 
 
 def test_giving_up_ends_the_process_with_one_line_on_stderr() -> None:
-    code = "from squirrel_mcp.stdio import give_up; give_up(3, 30.0); print('still here')"
+    code = "from squirrel_mcp.server.stdio import give_up; give_up(3, 30.0); print('still here')"
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )

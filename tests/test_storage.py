@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from squirrel_mcp.crypto import KdfParams
+from squirrel_mcp.keys.crypto import KdfParams
 from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, StorageError
 from squirrel_mcp.storage.local import LocalVault
 

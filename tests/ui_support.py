@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from squirrel_mcp import crypto
-from squirrel_mcp.memories import MemoryStore
-from squirrel_mcp.models import Category, Revision
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.core.models import Category, Revision
+from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage.local import LocalVault
 from tests.conftest import PASSPHRASE, secrets_of_this_test
 

@@ -7,7 +7,7 @@ but this module, the way an llm or datasette plugin needs only `llm.hookimpl` or
     from squirrel_mcp.plugin_api import Candidate, RankedHit, Ranking, RankOptions, hookimpl
 
 - `hookimpl`: the marker for a hook implementation (the hooks are specified in
-  `squirrel_mcp.hookspecs`; docs/plugins.md is their reference).
+  `squirrel_mcp.plugins.hookspecs`; docs/plugins.md is their reference).
 - `rank_memories` gets `Candidate`s and a `RankOptions`, and answers a `Ranking`
   of `RankedHit`s labelled with a `RankingLabel`; at most `MAX_NEAR_MISSES` near misses.
   While it is still preparing, a ranker can add a note for the agent (at most
@@ -26,13 +26,14 @@ written against this module keeps working.
 
 from __future__ import annotations
 
-from squirrel_mcp.checks import Check
-from squirrel_mcp.config import Config
-from squirrel_mcp.hookspecs import hookimpl
-from squirrel_mcp.memories import MemoryReader
-from squirrel_mcp.models import Revision
-from squirrel_mcp.plugins import PluginHost, get_plugin_manager
-from squirrel_mcp.ranking import (
+from squirrel_mcp.book.memories import MemoryReader
+from squirrel_mcp.core.config import Config
+from squirrel_mcp.core.models import Revision
+from squirrel_mcp.plugins.checks import Check
+from squirrel_mcp.plugins.hookspecs import hookimpl
+from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager
+from squirrel_mcp.search.bm25 import age_days, decay
+from squirrel_mcp.search.ranking import (
     MAX_NEAR_MISSES,
     MAX_NOTE_CHARS,
     Candidate,
@@ -42,7 +43,6 @@ from squirrel_mcp.ranking import (
     RankingLabel,
     RankOptions,
 )
-from squirrel_mcp.search import age_days, decay
 
 __all__ = [
     "MAX_NEAR_MISSES",

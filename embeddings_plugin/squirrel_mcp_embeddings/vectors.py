@@ -6,7 +6,7 @@ in the OS cache directory (SQUIRREL_MEMORY_CACHE_DIR overrides), sealed with
 AES-256-GCM under a key HKDF-derived from the data key, replaced atomically with
 mode 0600. The file's layout:
 
-    b"SQMV" | format version (1 byte) | squirrel_mcp.crypto.seal(key, body, header + account id)
+    b"SQMV" | format version (1 byte) | squirrel_mcp.keys.crypto.seal(key, body, header + account id)
 
 and the body, once opened:
 
@@ -32,8 +32,8 @@ import numpy as np
 import numpy.typing as npt
 import platformdirs
 
-from squirrel_mcp import crypto
-from squirrel_mcp.files import atomic_write
+from squirrel_mcp.core.files import atomic_write
+from squirrel_mcp.keys import crypto
 
 CACHE_DIR_VARIABLE = "SQUIRREL_MEMORY_CACHE_DIR"
 MAGIC = b"SQMV"

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from squirrel_mcp.models import Revision
+from squirrel_mcp.core.models import Revision
 
 RECALL = Path(__file__).parent
 # Ages are counted back from this moment; it lies in the past so no memory is dated ahead of the clock.

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from squirrel_mcp import crypto
-from squirrel_mcp.memories import MemoryStore
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage.local import LocalVault
 from tests.conftest import PASSPHRASE
 

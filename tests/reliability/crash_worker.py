@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from squirrel_mcp.memories import MemoryReader, MemoryStore
-from squirrel_mcp.models import Revision
-from squirrel_mcp.ranking import RankOptions
+from squirrel_mcp.book.memories import MemoryReader, MemoryStore
+from squirrel_mcp.core.models import Revision
+from squirrel_mcp.search.ranking import RankOptions
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp_embeddings import vectors
 from squirrel_mcp_embeddings.plugin import Hybrid

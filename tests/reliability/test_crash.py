@@ -43,9 +43,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from squirrel_mcp.files import STALE_TEMP_SECONDS, TEMP_MARKER, atomic_write
-from squirrel_mcp.memories import MemoryOperationError, MemoryReader, MemoryStore
-from squirrel_mcp.models import Revision
+from squirrel_mcp.book.memories import MemoryOperationError, MemoryReader, MemoryStore
+from squirrel_mcp.core.files import STALE_TEMP_SECONDS, TEMP_MARKER, atomic_write
+from squirrel_mcp.core.models import Revision
 from squirrel_mcp_embeddings import vectors
 from squirrel_mcp_embeddings.plugin import recipe
 from tests.conftest import PASSPHRASE

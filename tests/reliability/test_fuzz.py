@@ -36,7 +36,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-from squirrel_mcp.models import HALF_LIFE_DAYS
+from squirrel_mcp.core.models import HALF_LIFE_DAYS
 from tests.conftest import secrets_of_this_test, server_params
 from tests.reliability.figures import record
 from tests.test_server import TOOLS as SERVER_TOOLS

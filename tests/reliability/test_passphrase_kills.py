@@ -40,8 +40,9 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from squirrel_mcp import crypto, rekey
-from squirrel_mcp.memories import MemoryStore
+from squirrel_mcp.book import rekey
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage import Storage
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp.storage.remote import RemoteStorage

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from squirrel_mcp.memories import MemoryReader, MemoryStore
+from squirrel_mcp.book.memories import MemoryReader, MemoryStore
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp_embeddings import vectors
 from tests.conftest import (

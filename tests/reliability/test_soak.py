@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from squirrel_mcp.models import HALF_LIFE_DAYS
+from squirrel_mcp.core.models import HALF_LIFE_DAYS
 from tests.conftest import call, server_params
 from tests.reliability.conftest import open_vault, rss_kib, server_pids
 from tests.reliability.figures import FIGURES_DIR, record

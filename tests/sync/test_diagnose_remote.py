@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from squirrel_mcp.memories import MemoryStore
+from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.storage.remote import RemoteStorage
 from tests.conftest import PASSPHRASE, needs_model
 from tests.recall.corpus import CORPUS, revision

@@ -32,8 +32,8 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from squirrel_mcp import crypto
-from squirrel_mcp.memories import MemoryStore
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage import StorageError, remote
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp.storage.remote import RemoteStorage

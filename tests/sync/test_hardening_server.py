@@ -37,7 +37,8 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 
-from squirrel_mcp import crypto, models
+from squirrel_mcp.core import models
+from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage.wire import CIPHERTEXT_CHARS, MAX_RECORDS_PER_APPEND
 from squirrel_mcp.syncserver.app import HEALTH_CHECK_INTERVAL_S
 from squirrel_mcp.syncserver.validation import MAX_BODY_BYTES

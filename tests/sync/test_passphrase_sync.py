@@ -17,8 +17,9 @@ import pytest
 import requests
 from mcp import Client
 
-from squirrel_mcp import crypto, rekey
-from squirrel_mcp.memories import MemoryStore
+from squirrel_mcp.book import rekey
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage import KeyChanged, wire
 from squirrel_mcp.storage.remote import RemoteStorage
 from tests.conftest import PASSPHRASE, call, run_cli, served_error, server_params

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from squirrel_mcp.config import ConfigError
-from squirrel_mcp.crypto import KdfParams
+from squirrel_mcp.core.config import ConfigError
+from squirrel_mcp.keys.crypto import KdfParams
 from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, StorageError, remote
 from squirrel_mcp.storage.remote import RemoteStorage
 from tests.sync.conftest import serve_on_loopback

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from squirrel_mcp import crypto
-from squirrel_mcp.memories import ConflictError, MemoryStore
+from squirrel_mcp.book.memories import ConflictError, MemoryStore
+from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage import Account, SealedRecord
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp.storage.remote import PULL_INTERVAL, RemoteStorage

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import requests
 
-from squirrel_mcp import crypto
-from squirrel_mcp.memories import ConflictError, MemoryStore
+from squirrel_mcp.book.memories import ConflictError, MemoryStore
+from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, StorageError, remote
 from squirrel_mcp.storage.remote import RemoteStorage, WatchedAdapter
 from tests.sync.conftest import SyncServer, start_sync_server

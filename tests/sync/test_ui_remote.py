@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlencode
 
-from squirrel_mcp.memories import MemoryStore
+from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.storage.remote import RemoteStorage
 from tests.conftest import PASSPHRASE
 from tests.sync.conftest import start_sync_server

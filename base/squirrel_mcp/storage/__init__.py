@@ -4,7 +4,7 @@ A backend stores an account (its id, KDF parameters and wrapped data key) and an
 append-only log of sealed records, one per memory revision. It never sees a key
 or plaintext, and it understands nothing of memories beyond "id, revision,
 bytes". Everything else (decryption, history, search) happens in
-`squirrel_mcp.memories`, the same for every backend.
+`squirrel_mcp.book.memories`, the same for every backend.
 
 The local SQLite vault (`storage.local`) is the default; the remote API client
 (`storage.remote`, used when SQUIRREL_API_BASE_URL is set) is one more class
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from squirrel_mcp.crypto import KdfParams
+from squirrel_mcp.keys.crypto import KdfParams
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from squirrel_mcp.files import create_private_file
+from squirrel_mcp.core.files import create_private_file
 from squirrel_mcp.storage import Account, KeyChanged, RevisionConflict, SealedRecord, StorageError, sqlite
 from squirrel_mcp.storage.wire import NewAccount
 

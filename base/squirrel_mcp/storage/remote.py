@@ -11,7 +11,7 @@ the contract, authenticated with the API key as a bearer token:
 
 What crosses the wire is what the local vault stores: the account's id, KDF
 salt and parameters, the wrapped data key and sealed records. Memory text is
-sealed by `squirrel_mcp.memories` before it reaches this module.
+sealed by `squirrel_mcp.book.memories` before it reaches this module.
 
 Failures, and what the client does about them:
 
@@ -70,7 +70,7 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.poolmanager import PoolManager
 
 from squirrel_mcp import __version__
-from squirrel_mcp.config import check_api_base_url
+from squirrel_mcp.core.config import check_api_base_url
 from squirrel_mcp.storage import (
     NO_REMOTE_ACCOUNT,
     Account,

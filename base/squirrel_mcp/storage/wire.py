@@ -42,7 +42,7 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from squirrel_mcp import storage
-from squirrel_mcp.crypto import KDF_N_RANGE, KDF_P_RANGE, KDF_R_RANGE, KdfParams, kdf_cost_problem
+from squirrel_mcp.keys.crypto import KDF_N_RANGE, KDF_P_RANGE, KDF_R_RANGE, KdfParams, kdf_cost_problem
 
 MAX_REVISION = 2**31 - 1
 MAX_CURSOR = 2**63 - 1

@@ -22,16 +22,10 @@ import os
 import socket
 
 from squirrel_mcp import __version__
-from squirrel_mcp.config import is_loopback
-from squirrel_mcp.lines import log_line
+from squirrel_mcp.core.config import is_loopback
+from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.syncserver import keys
-from squirrel_mcp.syncserver.database import (
-    Database,
-    DatabaseError,
-    DatabaseUnavailable,
-    KeyInfo,
-    UnknownKey,
-)
+from squirrel_mcp.syncserver.database import Database, DatabaseError, DatabaseUnavailable, KeyInfo, UnknownKey
 
 try:
     # The server extra; without it only this message can be given, by `main`.

@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from squirrel_mcp.crypto import KdfParams
-from squirrel_mcp.files import create_private_file
-from squirrel_mcp.models import now_iso
+from squirrel_mcp.core.files import create_private_file
+from squirrel_mcp.core.models import now_iso
+from squirrel_mcp.keys.crypto import KdfParams
 from squirrel_mcp.storage import Account, KeyChanged, RevisionConflict, SealedRecord, sqlite
 
 if TYPE_CHECKING:

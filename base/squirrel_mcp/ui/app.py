@@ -25,19 +25,19 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from squirrel_mcp.catalog import Filters
-from squirrel_mcp.memories import (
+from squirrel_mcp.book.catalog import Filters
+from squirrel_mcp.book.memories import (
     ConflictError,
     LogDivergedError,
     MemoryOperationError,
     MemoryStore,
     UnknownMemoryError,
 )
-from squirrel_mcp.models import HALF_LIFE_DAYS, Revision
-from squirrel_mcp.plugins import PluginHost
-from squirrel_mcp.server import run_search
+from squirrel_mcp.book.transfer import export_json
+from squirrel_mcp.core.models import HALF_LIFE_DAYS, Revision
+from squirrel_mcp.plugins.manager import PluginHost
+from squirrel_mcp.server.tools import run_search
 from squirrel_mcp.storage import StorageError
-from squirrel_mcp.transfer import export_json
 from squirrel_mcp.ui import forms, pages
 from squirrel_mcp.ui.forms import FormError
 from squirrel_mcp.ui.html import Html

@@ -13,7 +13,7 @@ from urllib.parse import parse_qsl
 from pydantic import Field, TypeAdapter, ValidationError
 from starlette.requests import Request
 
-from squirrel_mcp.models import (
+from squirrel_mcp.core.models import (
     MAX_KEYWORDS,
     MAX_TAGS,
     MAX_TEXT,

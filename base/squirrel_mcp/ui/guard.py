@@ -27,7 +27,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from squirrel_mcp.lines import log_line
+from squirrel_mcp.core.lines import log_line
 
 # Scripts, styles and images only from this page's own /static/; forms only back to it; no frames.
 CONTENT_SECURITY_POLICY = (

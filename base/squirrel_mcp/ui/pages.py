@@ -13,8 +13,8 @@ from functools import cache
 from importlib.resources import files
 from urllib.parse import urlencode
 
-from squirrel_mcp.models import HALF_LIFE_DAYS, Memory, Revision
-from squirrel_mcp.results import SearchHit, SearchResult
+from squirrel_mcp.core.models import HALF_LIFE_DAYS, Memory, Revision
+from squirrel_mcp.server.results import SearchHit, SearchResult
 from squirrel_mcp.ui.forms import LIMITS, ListFilters, SearchForm, words
 from squirrel_mcp.ui.html import Html, html, join
 

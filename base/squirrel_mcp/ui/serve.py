@@ -14,9 +14,9 @@ from typing import TextIO
 
 import uvicorn
 
-from squirrel_mcp.config import ConfigError
-from squirrel_mcp.memories import MemoryStore
-from squirrel_mcp.plugins import PluginHost
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.core.config import ConfigError
+from squirrel_mcp.plugins.manager import PluginHost
 from squirrel_mcp.ui.app import create_app
 from squirrel_mcp.ui.guard import Guard
 

@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from squirrel_mcp.models import Revision
+from squirrel_mcp.core.models import Revision
 
 # Past this many changed memories in one update, the order is rebuilt in one
 # sort (which merges the already sorted run) rather than bisected one by one.

@@ -60,7 +60,7 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
-from squirrel_mcp.lines import log_line
+from squirrel_mcp.core.lines import log_line
 
 # How long the requests read before the end of input may take to be answered, in seconds:
 # long enough for a save through a slow sync server, short enough that a hung call

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pluggy
 
-from squirrel_mcp.checkpoint import ACCEPT_COMMAND, records
-from squirrel_mcp.checks import Check
-from squirrel_mcp.cli import USER_ERRORS, _where, open_storage, open_store, server_command
-from squirrel_mcp.config import Config, ConfigError
-from squirrel_mcp.crypto import WrongPassphraseError
-from squirrel_mcp.memories import MemoryReader, MemoryStore, NoAccountError
-from squirrel_mcp.plugins import DEFAULT_PLUGINS, get_plugin_manager, load_plugins, one_plugin_caller
+from squirrel_mcp.book.checkpoint import ACCEPT_COMMAND, records
+from squirrel_mcp.book.memories import MemoryReader, MemoryStore, NoAccountError
+from squirrel_mcp.cli.main import USER_ERRORS, _where, open_storage, open_store, server_command
+from squirrel_mcp.core.config import Config, ConfigError
+from squirrel_mcp.keys.crypto import WrongPassphraseError
+from squirrel_mcp.plugins.checks import Check
+from squirrel_mcp.plugins.manager import DEFAULT_PLUGINS, get_plugin_manager, load_plugins, one_plugin_caller
 from squirrel_mcp.storage import StorageError
 
 INIT_FIX = "run `squirrel-mcp init` to create it"

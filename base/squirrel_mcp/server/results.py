@@ -10,7 +10,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
-from squirrel_mcp.models import Category, Memory
+from squirrel_mcp.core.models import Category, Memory
 
 
 class _DropNone(BaseModel):

@@ -15,11 +15,11 @@ from collections.abc import Callable, Sequence
 
 import pluggy
 
-from squirrel_mcp.checks import Check
-from squirrel_mcp.config import Config
-from squirrel_mcp.memories import MemoryReader
-from squirrel_mcp.models import Revision
-from squirrel_mcp.ranking import Candidate, Ranking, RankOptions
+from squirrel_mcp.book.memories import MemoryReader
+from squirrel_mcp.core.config import Config
+from squirrel_mcp.core.models import Revision
+from squirrel_mcp.plugins.checks import Check
+from squirrel_mcp.search.ranking import Candidate, Ranking, RankOptions
 
 hookspec = pluggy.HookspecMarker("squirrel_mcp")
 hookimpl = pluggy.HookimplMarker("squirrel_mcp")
@@ -138,7 +138,7 @@ def doctor_checks(config: Config, memories: MemoryReader | None) -> list[Check] 
     - `memories`: read-only access to the unlocked account (for per-account files
       and keys), or None when doctor could not unlock it.
 
-    Return a list of `squirrel_mcp.checks.Check`, or None for nothing to report.
+    Return a list of `squirrel_mcp.plugins.checks.Check`, or None for nothing to report.
     A check's `detail` and `fix` must hold no memory text, key or vector. Raising
     is reported as a failed check naming the plugin and the error's type.
     """

@@ -18,7 +18,7 @@ import time
 from types import TracebackType
 from typing import TextIO
 
-from squirrel_mcp.lines import PROGRAM
+from squirrel_mcp.core.lines import PROGRAM
 
 # A run shorter than this draws nothing; after it, at most one redraw per INTERVAL.
 DELAY = 0.5

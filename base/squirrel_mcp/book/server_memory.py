@@ -34,9 +34,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from squirrel_mcp.memories import MemoryReader, MemoryStore
-from squirrel_mcp.models import Entity, MemoryText, Revision, Tag, now_iso
-from squirrel_mcp.transfer import ImportFileError, problems
+from squirrel_mcp.book.memories import MemoryReader, MemoryStore
+from squirrel_mcp.book.transfer import ImportFileError, problems
+from squirrel_mcp.core.models import Entity, MemoryText, Revision, Tag, now_iso
 
 SOURCE = "server-memory"
 SOURCE_TAG = "server-memory"

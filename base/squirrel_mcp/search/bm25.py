@@ -2,7 +2,7 @@
 
 This is the base package's ranking. It runs locally, over the in-memory index of
 the vault, because storage only ever holds ciphertext. How terms are made is in
-`squirrel_mcp.text.tokens`; how fields are weighted, in `squirrel_mcp.index`;
+`squirrel_mcp.text.tokens`; how fields are weighted, in `squirrel_mcp.search.index`;
 the user's account of it all, in docs/search.md.
 
 A query word of three or more characters also finds the memory terms that begin
@@ -26,9 +26,9 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from squirrel_mcp.index import HALF, SECONDS_PER_DAY, SearchIndex, memory_terms, recency
-from squirrel_mcp.models import Revision, parse_iso
-from squirrel_mcp.ranking import Candidate
+from squirrel_mcp.core.models import Revision, parse_iso
+from squirrel_mcp.search.index import HALF, SECONDS_PER_DAY, SearchIndex, memory_terms, recency
+from squirrel_mcp.search.ranking import Candidate
 from squirrel_mcp.text.stopwords import STOPWORDS
 from squirrel_mcp.text.tokens import (
     QueryWord,

@@ -2,7 +2,7 @@
 
 Opening a store pulls the whole log, and decrypting, checking and indexing every
 record is most of the time a large vault takes to open. So the store keeps, in
-this machine's cache directory beside the log checkpoint (squirrel_mcp.checkpoint),
+this machine's cache directory beside the log checkpoint (squirrel_mcp.book.checkpoint),
 a snapshot of what it decrypted: how many records of the log it covers, the log's
 chain link after them (the hash chain the checkpoint uses), every memory's readable
 revisions and unreadable revision numbers, and the search index built from them.
@@ -51,12 +51,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from squirrel_mcp import crypto, index, models
-from squirrel_mcp.checkpoint import LINK_BYTES, LogChain, Place
-from squirrel_mcp.files import atomic_write
-from squirrel_mcp.index import IndexImage
-from squirrel_mcp.lines import log_line
-from squirrel_mcp.models import Revision
+from squirrel_mcp.book.checkpoint import LINK_BYTES, LogChain, Place
+from squirrel_mcp.core import models
+from squirrel_mcp.core.files import atomic_write
+from squirrel_mcp.core.lines import log_line
+from squirrel_mcp.core.models import Revision
+from squirrel_mcp.keys import crypto
+from squirrel_mcp.search import index
+from squirrel_mcp.search.index import IndexImage
 from squirrel_mcp.text import stopwords, tokens
 
 # The key that seals snapshots: crypto.derive_key(data key, PURPOSE).
@@ -97,7 +99,7 @@ def code_version() -> str | None:
     and the Python version) and one written by other code is not used. None when a
     module's source cannot be read (then no snapshot is used or written).
     """
-    from squirrel_mcp import memories
+    from squirrel_mcp.book import memories
 
     digest = hashlib.sha256(sys.version.encode())
     for module in (crypto, index, memories, models, stopwords, tokens, sys.modules[__name__]):

@@ -26,9 +26,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from squirrel_mcp import crypto
-from squirrel_mcp.files import atomic_write
-from squirrel_mcp.models import now_iso, parse_iso
+from squirrel_mcp.core.files import atomic_write
+from squirrel_mcp.core.models import now_iso, parse_iso
+from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage import Account
 
 _ACCOUNT_ID = re.compile(r"[0-9a-f]{32}")

@@ -6,7 +6,7 @@ and the agent skill as a prompt. The store may still be opening when the server
 starts (`Opening`): the handshake and tools/list never wait for it, a tool call does.
 Inputs are `Annotated[..., Field(...)]` so the JSON schema the agent sees is this
 code, and bad arguments are refused before a tool runs. Outputs are the Pydantic
-models of squirrel_mcp.results. Tool descriptions teach the habits of the agent
+models of squirrel_mcp.server.results. Tool descriptions teach the habits of the agent
 skill (docs/skill/squirrel-notes/SKILL.md): start with get_context, search before
 answering, retry once with nearMisses, correct rather than duplicate.
 """
@@ -33,11 +33,11 @@ from mcp.types import ToolAnnotations
 from pydantic import Field, JsonValue, ValidationError
 from pydantic.json_schema import SkipJsonSchema
 
-from squirrel_mcp import __version__, search
-from squirrel_mcp.catalog import Filters
-from squirrel_mcp.checkpoint import accept_advice
-from squirrel_mcp.memories import MemoryOperationError, MemoryStore
-from squirrel_mcp.models import (
+from squirrel_mcp import __version__
+from squirrel_mcp.book.catalog import Filters
+from squirrel_mcp.book.checkpoint import accept_advice
+from squirrel_mcp.book.memories import MemoryOperationError, MemoryStore
+from squirrel_mcp.core.models import (
     HALF_LIFE_DAYS,
     Category,
     Entity,
@@ -49,9 +49,10 @@ from squirrel_mcp.models import (
     Revision,
     Tags,
 )
-from squirrel_mcp.plugins import PluginHost, get_plugin_manager
-from squirrel_mcp.ranking import Progress, RankedHit, RankOptions
-from squirrel_mcp.results import (
+from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager
+from squirrel_mcp.search import bm25 as search
+from squirrel_mcp.search.ranking import Progress, RankedHit, RankOptions
+from squirrel_mcp.server.results import (
     ChangeResult,
     ContextResult,
     DuplicateHint,
@@ -63,7 +64,7 @@ from squirrel_mcp.results import (
     SearchHit,
     SearchResult,
 )
-from squirrel_mcp.stdio import stdio_transport
+from squirrel_mcp.server.stdio import stdio_transport
 from squirrel_mcp.storage import StorageError
 
 INSTRUCTIONS = """\
@@ -318,7 +319,7 @@ class SquirrelServer(MCPServer):
         self.opening = opening
 
     async def run_stdio_async(self) -> None:
-        """Serve over stdio through squirrel_mcp.stdio.
+        """Serve over stdio through squirrel_mcp.server.stdio.
 
         It answers the lines the SDK would drop, and at the end of input every
         request read before it (within a bound), where the SDK cancels them.

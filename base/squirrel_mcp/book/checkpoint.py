@@ -37,9 +37,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from squirrel_mcp import crypto
-from squirrel_mcp.files import atomic_write, private_dirs
-from squirrel_mcp.lines import log_line
+from squirrel_mcp.core.files import atomic_write, private_dirs
+from squirrel_mcp.core.lines import log_line
+from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage import SealedRecord
 
 if sys.platform != "win32":

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from squirrel_mcp.models import Revision
+from squirrel_mcp.core.models import Revision
 
 RankingLabel = Literal["lexical", "hybrid"]
 # At most this many near misses, as the search_memory tool promises.

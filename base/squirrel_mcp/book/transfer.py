@@ -21,8 +21,8 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from squirrel_mcp import __version__
-from squirrel_mcp.memories import MemoryStore
-from squirrel_mcp.models import MemoryId, Revision, now_iso
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.core.models import MemoryId, Revision, now_iso
 
 FORMAT = "squirrel-mcp-export"
 EXPORT_VERSION = 1

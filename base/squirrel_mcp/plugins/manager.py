@@ -33,12 +33,12 @@ from collections.abc import Callable, Mapping, Sequence
 
 import pluggy
 
-from squirrel_mcp import hookspecs
-from squirrel_mcp.config import Config
-from squirrel_mcp.lines import log_line, notice_line
-from squirrel_mcp.memories import MemoryReader, MemoryStore
-from squirrel_mcp.models import Revision
-from squirrel_mcp.ranking import Candidate, Ranking, RankOptions, check_ranking
+from squirrel_mcp.book.memories import MemoryReader, MemoryStore
+from squirrel_mcp.core.config import Config
+from squirrel_mcp.core.lines import log_line, notice_line
+from squirrel_mcp.core.models import Revision
+from squirrel_mcp.plugins import hookspecs
+from squirrel_mcp.search.ranking import Candidate, Ranking, RankOptions, check_ranking
 
 ENTRY_POINT_GROUP = "squirrel_mcp"
 PLUGINS_ENV = "SQUIRREL_MCP_PLUGINS"

@@ -4,7 +4,7 @@ The memory store adds a memory when a new revision of it is decrypted and drops
 it when it is deleted, so each save, correction or delete re-tokenizes that one
 memory and a search never tokenizes the vault. Like the decrypted view it is
 built from, the index lives in the server's memory; it reaches the disk only inside
-the sealed snapshot of the decrypted state (`image`, `from_image`, squirrel_mcp.snapshot),
+the sealed snapshot of the decrypted state (`image`, `from_image`, squirrel_mcp.book.snapshot),
 so that the next start need not tokenize every memory again.
 
 Each posting holds the memory's BM25 term weight for that term, computed once when
@@ -51,7 +51,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from squirrel_mcp.models import HALF_LIFE_DAYS, Revision, parse_iso
+from squirrel_mcp.core.models import HALF_LIFE_DAYS, Revision, parse_iso
 from squirrel_mcp.text.stopwords import STOPWORDS
 from squirrel_mcp.text.tokens import begins_with, document_terms
 

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from squirrel_mcp import crypto
-from squirrel_mcp.catalog import Catalog
-from squirrel_mcp.checkpoint import LogWatch, Place
-from squirrel_mcp.index import SearchIndex
-from squirrel_mcp.models import Category, Change, Revision, now_iso
-from squirrel_mcp.snapshot import Snapshots, State
+from squirrel_mcp.book.catalog import Catalog
+from squirrel_mcp.book.checkpoint import LogWatch, Place
+from squirrel_mcp.book.snapshot import Snapshots, State
+from squirrel_mcp.core.models import Category, Change, Revision, now_iso
+from squirrel_mcp.keys import crypto
+from squirrel_mcp.search.index import SearchIndex
 from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, Storage
 from squirrel_mcp.storage.wire import MAX_RECORDS_PER_APPEND
 
@@ -131,8 +131,8 @@ class MemoryStore:
         """Use `unlock` or `create` rather than this.
 
         With `checkpoints`, the log is checked against this machine's checkpoint
-        there (squirrel_mcp.checkpoint), and the state decrypted is kept in a
-        snapshot there to open faster (squirrel_mcp.snapshot); without, neither
+        there (squirrel_mcp.book.checkpoint), and the state decrypted is kept in a
+        snapshot there to open faster (squirrel_mcp.book.snapshot); without, neither
         (unit tests).
         """
         self._storage = storage

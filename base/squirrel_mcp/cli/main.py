@@ -45,22 +45,30 @@ from urllib.parse import urlsplit
 import pluggy
 from pydantic import ValidationError
 
-from squirrel_mcp import __version__, browse, rekey, server_memory
-from squirrel_mcp.checkpoint import Place
-from squirrel_mcp.config import APP_NAME, Config, ConfigError, check_api_base_url
-from squirrel_mcp.crypto import KdfParams, WrongPassphraseError, unwrap_data_key
-from squirrel_mcp.files import atomic_write
-from squirrel_mcp.lines import log_line
-from squirrel_mcp.memories import LogDivergedError, MemoryStore, NoAccountError
-from squirrel_mcp.plugins import PluginHost, get_plugin_manager, load_plugins, register_commands
-from squirrel_mcp.progress import ProgressBar
+from squirrel_mcp import __version__
+from squirrel_mcp.book import rekey, server_memory
+from squirrel_mcp.book.checkpoint import Place
+from squirrel_mcp.book.memories import LogDivergedError, MemoryStore, NoAccountError
+from squirrel_mcp.book.transfer import (
+    ImportFileError,
+    export_json,
+    field_locations,
+    import_export,
+    parse_export,
+)
+from squirrel_mcp.cli import browse
+from squirrel_mcp.cli.progress import ProgressBar
+from squirrel_mcp.core.config import APP_NAME, Config, ConfigError, check_api_base_url
+from squirrel_mcp.core.files import atomic_write
+from squirrel_mcp.core.lines import log_line
+from squirrel_mcp.keys.crypto import KdfParams, WrongPassphraseError, unwrap_data_key
+from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager, load_plugins, register_commands
 from squirrel_mcp.storage import NO_REMOTE_ACCOUNT, Account, KeyChanged, Storage, StorageError
 from squirrel_mcp.storage.local import LocalVault
-from squirrel_mcp.transfer import ImportFileError, export_json, field_locations, import_export, parse_export
 
 if TYPE_CHECKING:
     # Imported when serving only: the other commands do not pay for importing the MCP SDK.
-    from squirrel_mcp.server import Opening
+    from squirrel_mcp.server.tools import Opening
 
 MIN_PASSPHRASE = 8
 # How often `init` asks for a passphrase long enough before it gives up.
@@ -151,7 +159,7 @@ def _where(config: Config) -> str:
 
 
 def checkpoints(config: Config) -> Place:
-    """Where this machine keeps the checkpoints of the configured log (squirrel_mcp.checkpoint)."""
+    """Where this machine keeps the checkpoints of the configured log (squirrel_mcp.book.checkpoint)."""
     if config.api_base_url is not None:
         location = check_api_base_url(config.api_base_url)
     else:
@@ -325,7 +333,7 @@ def cmd_passphrase(config: Config) -> int:
 
     SQUIRREL_PASSPHRASE and SQUIRREL_NEW_PASSPHRASE, when set, are used instead of
     asking. The data key is wrapped under the new passphrase and swapped in with
-    `Storage.replace_key`; the records are not touched (see squirrel_mcp.rekey).
+    `Storage.replace_key`; the records are not touched (see squirrel_mcp.book.rekey).
     """
     storage = open_storage(config, create=False)
     where = _where(config)
@@ -507,7 +515,7 @@ def cmd_serve(config: Config, pm: pluggy.PluginManager) -> int:
     it printed on stderr. A person at a terminal without SQUIRREL_PASSPHRASE is
     asked for it first, as the other commands ask.
     """
-    from squirrel_mcp.server import Opening, create_server
+    from squirrel_mcp.server.tools import Opening, create_server
 
     host = PluginHost(pm)
     opening = Opening()
@@ -530,7 +538,7 @@ def cmd_serve(config: Config, pm: pluggy.PluginManager) -> int:
 
 def cmd_ui(args: argparse.Namespace, pm: pluggy.PluginManager | None) -> int:
     """Unlock the account, then serve the memories' page on 127.0.0.1 until Ctrl-C."""
-    from squirrel_mcp.plugins import PluginHost
+    from squirrel_mcp.plugins.manager import PluginHost
     from squirrel_mcp.ui.serve import serve
 
     config = Config.from_env()
@@ -624,7 +632,7 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_browse(config, pm, args)
         if args.command == "doctor":
             # Imported here: doctor imports this module.
-            from squirrel_mcp import doctor
+            from squirrel_mcp.cli import doctor
 
             return doctor.run(config, accept_log=args.accept_log)
         return cmd_serve(config, pm)

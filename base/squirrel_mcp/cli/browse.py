@@ -23,13 +23,13 @@ from typing import Any
 import anyio
 import pluggy
 
-from squirrel_mcp.config import Config
-from squirrel_mcp.memories import MemoryStore
-from squirrel_mcp.models import HALF_LIFE_DAYS, Memory
-from squirrel_mcp.plugins import PluginHost
-from squirrel_mcp.progress import ProgressBar
-from squirrel_mcp.ranking import Progress
-from squirrel_mcp.results import GetResult, ListResult, SearchResult
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.cli.progress import ProgressBar
+from squirrel_mcp.core.config import Config
+from squirrel_mcp.core.models import HALF_LIFE_DAYS, Memory
+from squirrel_mcp.plugins.manager import PluginHost
+from squirrel_mcp.search.ranking import Progress
+from squirrel_mcp.server.results import GetResult, ListResult, SearchResult
 
 # How long a search waits for the plugins to start (the embeddings plugin loads its model)
 # before it ranks with whatever is ready; the answer's "ranking" says which it was.
@@ -102,7 +102,7 @@ def call_tool(
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp.types import CallToolResult
 
-    from squirrel_mcp.server import create_server
+    from squirrel_mcp.server.tools import create_server
 
     server = create_server(store, host)
     try:
@@ -146,7 +146,7 @@ def waited_until_prepared(store: MemoryStore, host: PluginHost, query: str) -> b
     (the vectors are kept, so the next command starts where this one stopped).
     """
     # Imported here: the other commands do not pay for importing the server.
-    from squirrel_mcp.server import run_search
+    from squirrel_mcp.server.tools import run_search
 
     waited = False
     reported: list[Progress] = []

@@ -1,0 +1,1 @@
+"""The `squirrel-mcp` command: its parser and commands, the unlock they share, progress bars."""

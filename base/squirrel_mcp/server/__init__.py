@@ -1,0 +1,1 @@
+"""The MCP surface: the tools an agent calls, their structured results, the stdio transport."""
