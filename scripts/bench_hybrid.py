@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from squirrel_mcp.core.models import Revision
-from squirrel_mcp.search import bm25 as search
+from squirrel_mcp.search import bm25
 from squirrel_mcp.search.index import SearchIndex
 from squirrel_mcp.search.ranking import RankOptions
 from squirrel_mcp_embeddings import embedder, plugin, vectors
@@ -134,7 +134,7 @@ def run_size(
 
     def one_search(query: str) -> float:
         began = time.perf_counter()
-        outcome = search.search(index, query, NOW, limit=None)
+        outcome = bm25.search(index, query, NOW, limit=None)
         options = RankOptions(10, False, None, (), NOW)
         answer = hybrid.rank(query, outcome.hits, outcome.total, options)
         assert answer is not None
@@ -198,7 +198,7 @@ def report(rows: list[dict[str, float]], speed: dict[str, float], rss_model: flo
         f"plugin's runtime ({plugin.RUNTIME_THREADS} thread per inference); so 5,000 memories take about "
         f"{5000 * per_memory / 1000:.0f} s. The warm-up runs "
         "in the background on one thread; its timeline is in docs/benchmarks/warmup.md.",
-        "- A search is the server's two steps: `search.search` over every word match (an installed ranker "
+        "- A search is the server's two steps: `bm25.search` over every word match (an installed ranker "
         "gets them all), then the plugin's `rank_memories` (query embedded, one matrix product, fused order, "
         "limit 10). The MCP round trip over stdio is not included. Queries: the recall set's "
         f"{rows[0]['queries']:.0f} queries (the first 10 once untimed first), each timed once, search and "

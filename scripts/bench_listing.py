@@ -38,7 +38,8 @@ from squirrel_mcp.book.transfer import ExportedMemory, ExportFile, import_export
 from squirrel_mcp.core.models import HALF_LIFE_DAYS, Revision
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager
-from squirrel_mcp.server import tools as server
+from squirrel_mcp.server import tools
+from squirrel_mcp.server.opening import Opening
 from squirrel_mcp.storage.local import LocalVault
 
 REPO = Path(__file__).resolve().parent.parent
@@ -114,15 +115,15 @@ def timed(call: Callable[[], T]) -> tuple[float, T]:
     return (time.perf_counter() - started) * 1000, answer
 
 
-def listed(context: server.ToolContext, arguments: dict[str, object]) -> tuple[list[str], int]:
+def listed(context: tools.ToolContext, arguments: dict[str, object]) -> tuple[list[str], int]:
     """list_memories' answer as ids and total."""
-    result = server.list_memories(context, **arguments)  # type: ignore[arg-type]
+    result = tools.list_memories(context, **arguments)  # type: ignore[arg-type]
     return [memory.id for memory in result.memories], result.total
 
 
-def contextual(context: server.ToolContext) -> tuple[list[str], int, dict[str, int]]:
+def contextual(context: tools.ToolContext) -> tuple[list[str], int, dict[str, int]]:
     """get_context's answer as the ids of its lists, its total and counts."""
-    result = server.get_context(context)
+    result = tools.get_context(context)
     ids = [memory.id for memory in [*result.profile, *result.preferences, *result.recent]]
     return ids, result.total, result.counts
 
@@ -143,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"setup: imported {len(memories):,} memories in {time.perf_counter() - started:.0f} s", flush=True
         )
-        context = server.ToolContext(server.Opening(store), PluginHost(get_plugin_manager()))
+        context = tools.ToolContext(Opening(store), PluginHost(get_plugin_manager()))
         tag = Counter(tag for memory in memories for tag in memory.tags).most_common(40)[-1][0]
         entity = memories[0].entity
         cases: list[tuple[str, dict[str, object]]] = [

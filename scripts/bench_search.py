@@ -3,7 +3,7 @@
 What is measured: the wall-clock time of one search, in process, at 1k, 10k and
 100k memories of realistic length, for
 
-- squirrel-mcp: `search.search(index, query, now, limit=10)` on the in-memory
+- squirrel-mcp: `bm25.search(index, query, now, limit=10)` on the in-memory
   `SearchIndex`, i.e. what `search_memory` does minus the MCP round trip: BM25F
   over entity, text, tags and keywords, with query words of three or more
   characters also matching as prefixes, the recency decay, `lexicalScore` for
@@ -30,9 +30,9 @@ per engine and size; the report is written to docs/benchmarks.md (`nox -s bench`
 With `--crafted`, it measures instead the worst query the search tool takes, before
 and after the bounds on a query's work (docs/search.md, "Limits"): 999 characters
 of the 250 most common three-letter prefixes of a 3,000-memory vault's words, through
-`squirrel_mcp.server.tools.run_search` on a real store, with a throwaway ranker plugin
+`squirrel_mcp.server.searching.run_search` on a real store, with a throwaway ranker plugin
 installed that scores every candidate (so every match is scored, as with a ranker
-by meaning). "Before" is `squirrel_mcp/search/bm25.py` as of the commit `--before` names,
+by meaning). "Before" is `squirrel_mcp/search.py` as of the commit `--before` names,
 loaded from git and put in place of the current one for its runs; the two alternate,
 run by run. Ordinary queries are run both ways too, and must give identical hits.
 The report is written to docs/benchmarks/search-limits.md.
@@ -47,6 +47,7 @@ import importlib.util
 import math
 import platform
 import random
+import re
 import resource
 import sqlite3
 import statistics
@@ -65,10 +66,11 @@ from squirrel_mcp.core.models import HALF_LIFE_DAYS, Revision
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.plugins import hookspecs
 from squirrel_mcp.plugins import manager as plugins
-from squirrel_mcp.search import bm25 as search
+from squirrel_mcp.search import bm25
 from squirrel_mcp.search.index import FIELD_WEIGHTS, SearchIndex
 from squirrel_mcp.search.ranking import Candidate, RankedHit, Ranking, RankOptions
-from squirrel_mcp.server import tools as server
+from squirrel_mcp.server import searching
+from squirrel_mcp.server.results import SearchResult
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp.text.tokens import fold, matches_prefixes
 
@@ -221,7 +223,7 @@ def run_size(corpus: Corpus, size: int, queries: int) -> dict[str, object]:
     texts = [corpus.query(memories) for _ in range(queries)]
 
     def ours(query: str) -> int:
-        return search.search(index, query, NOW, limit=10).total
+        return bm25.search(index, query, NOW, limit=10).total
 
     def fts5_top(query: str) -> int:
         return len(db.execute(TOP, (fts5_match(query),)).fetchall())
@@ -305,7 +307,7 @@ def report(results: list[dict[str, object]], args: argparse.Namespace) -> str:
         "",
         "## How it was measured",
         "",
-        "- squirrel-mcp: `search.search(index, query, now, limit=10)` on the in-memory index, which",
+        "- squirrel-mcp: `bm25.search(index, query, now, limit=10)` on the in-memory index, which",
         "  matches query words of three or more characters as prefixes too, scores every match",
         "  (BM25F times the recency decay), computes `lexicalScore` for each and `total`, and keeps",
         "  the top 10. The MCP round trip over stdio is not included.",
@@ -353,14 +355,27 @@ class ScoringRanker:
         )
 
 
+# Where the modules the word search imported before the layout in subpackages live now.
+MOVED = {
+    "squirrel_mcp.index": "squirrel_mcp.search.index",
+    "squirrel_mcp.models": "squirrel_mcp.core.models",
+    "squirrel_mcp.ranking": "squirrel_mcp.search.ranking",
+}
+
+
 def search_as_of(commit: str) -> ModuleType:
-    """`squirrel_mcp/search/bm25.py` as it was at `commit`, loaded as a module of its own."""
+    """The word search (`squirrel_mcp/search.py` then) as it was at `commit`, loaded as a module of its own.
+
+    Its imports are pointed at where those modules are now; the code is that commit's.
+    """
     source = subprocess.run(
-        ["git", "-C", str(REPO), "show", f"{commit}:base/squirrel_mcp/search/bm25.py"],
+        ["git", "-C", str(REPO), "show", f"{commit}:base/squirrel_mcp/search.py"],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
+    for old, new in MOVED.items():
+        source = re.sub(rf"\bfrom {re.escape(old)} import", f"from {new} import", source)
     spec = importlib.util.spec_from_loader("squirrel_mcp_search_before", loader=None)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
@@ -383,7 +398,7 @@ def run_crafted(args: argparse.Namespace) -> str:
     """Time the crafted query and ordinary ones before and after; the Markdown page."""
     corpus = Corpus(args.seed)
     before = search_as_of(args.before)
-    after = server.search
+    after = searching.bm25
     with tempfile.TemporaryDirectory() as folder:
         cheap = crypto.KdfParams(salt=b"s" * crypto.SALT_BYTES, n=2**14)
         store = MemoryStore.create(LocalVault(Path(folder) / "vault", create=True), "passphrase", kdf=cheap)
@@ -404,24 +419,24 @@ def run_crafted(args: argparse.Namespace) -> str:
         assert host.wait_started(10)
         assert host.has_rankers()
         query = crafted_query(store.index)
-        planned = search.plan(store.index, query)
+        planned = bm25.plan(store.index, query)
         outline = {
             "length": len(query),
             "words": len(query.split()),
             "terms": len(planned.matches),
             "expansions": planned.expansions,
             "unbounded": sum(len(store.index.expand(word)) for word in query.split()),
-            "total": search.search(store.index, query, NOW).total,
+            "total": bm25.search(store.index, query, NOW).total,
         }
 
-        def timed(module: ModuleType, text: str) -> tuple[float, server.SearchResult]:
-            server.search = module
+        def timed(module: ModuleType, text: str) -> tuple[float, SearchResult]:
+            searching.bm25 = module
             try:
                 started = time.perf_counter()
-                found = server.run_search(store, host, text, limit=10, now=NOW)
+                found = searching.run_search(store, host, text, limit=10, now=NOW)
                 return (time.perf_counter() - started) * 1000, found
             finally:
-                server.search = after
+                searching.bm25 = after
 
         crafted: dict[str, list[float]] = {"before": [], "after": []}
         for run in range(args.runs):
@@ -457,10 +472,10 @@ def crafted_report(
             "# A crafted query, before and after the bounds on a query's work",
             "",
             "Written by `scripts/bench_search.py --crafted`. One search through",
-            "`squirrel_mcp.server.tools.run_search` (what `search_memory` runs, minus the MCP round trip)",
-            "on a real store of 3,000 memories, with a throwaway ranker plugin installed that scores",
+            "`squirrel_mcp.server.searching.run_search` (what `search_memory` runs, minus the MCP round",
+            "trip) on a real store of 3,000 memories, with a throwaway ranker plugin installed that scores",
             "every candidate, so the search scores every match as it does for a ranker by meaning.",
-            f'"Before" is `squirrel_mcp/search/bm25.py` as of commit {args.before}, "after" this checkout;',
+            f'"Before" is `squirrel_mcp/search.py` as of commit {args.before}, "after" this checkout;',
             "the two alternate run by run, in the same process, on the same store.",
             "",
             f"The query: the {outline['words']} three-letter prefixes most held in the vault's words,",

@@ -3,7 +3,7 @@
 Part 1, the warm-up timeline at 10,000 memories, in this process with the shipped model
 started as the plugin starts it (one runtime thread per inference): the plugin's warm-up
 thread embeds every memory while searches run one after another (the server's two steps,
-`search.search` then the plugin's `rank_memories`), each timed, with how many memories
+`bm25.search` then the plugin's `rank_memories`), each timed, with how many memories
 were embedded when it answered. Then the same number of searches once warm. Then, on the
 same texts in the same order and batches, a bare `InferenceSession.run` over the
 pre-tokenized batches (one thread, as the warm-up; and the runtime's default threads),
@@ -43,7 +43,7 @@ import bench_hybrid
 from squirrel_mcp.book.memories import MemoryReader, MemoryStore
 from squirrel_mcp.core.models import Revision
 from squirrel_mcp.keys import crypto
-from squirrel_mcp.search import bm25 as search
+from squirrel_mcp.search import bm25
 from squirrel_mcp.search.index import SearchIndex
 from squirrel_mcp.search.ranking import RankOptions
 from squirrel_mcp.storage.local import LocalVault
@@ -60,7 +60,7 @@ PAUSE = 0.25
 def search_once(index: SearchIndex, hybrid: plugin.Hybrid, query: str) -> tuple[float, int, str | None]:
     """One search as the server runs it: seconds, memories embedded at its answer, its ranking label."""
     began = time.perf_counter()
-    outcome = search.search(index, query, bench_hybrid.NOW, limit=None)
+    outcome = bm25.search(index, query, bench_hybrid.NOW, limit=None)
     answer = hybrid.rank(
         query, outcome.hits, outcome.total, RankOptions(10, False, None, (), bench_hybrid.NOW)
     )
@@ -386,7 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "- Memories: the recall corpus repeated to size (tests/recall/corpus.json), embedded from "
         "`entity: text (tags, keywords)`. The warm-up starts with the plugin's `start_warm_up` (what "
         "`startup` calls) and runs in its own thread; meanwhile one search after another (the recall "
-        f"set's queries in turn, {PAUSE:g} s apart) runs as the server runs it: `search.search` over every "
+        f"set's queries in turn, {PAUSE:g} s apart) runs as the server runs it: `bm25.search` over every "
         "word match, then the plugin's `rank_memories` (limit 10). The MCP round trip is not included.",
         "- Once warm: as many searches again, the warm-up thread stopped.",
         "- The bare runtime runs the same texts, tokenized beforehand (not timed), in the same batches, "

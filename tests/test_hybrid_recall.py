@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from squirrel_mcp.search import bm25 as search
+from squirrel_mcp.search import bm25
 from squirrel_mcp.search.index import SearchIndex
 from squirrel_mcp_embeddings import fusion, plugin
 from tests.conftest import needs_model
@@ -39,11 +39,11 @@ def prepared() -> tuple[Any, list[dict[str, Any]]]:
     matrix = model.embed([plugin.recipe(memory) for memory in memories])
     queries = model.embed([query["query"] for query in QUERIES])
     index = SearchIndex(memories)
-    decays = {m.id: search.decay(m.category, plugin.age_days(m, NOW)) for m in memories}
+    decays = {m.id: bm25.decay(m.category, plugin.age_days(m, NOW)) for m in memories}
     ids = [m.id for m in memories]
     per_query = []
     for query, vector in zip(QUERIES, queries, strict=True):
-        outcome = search.search(index, query["query"], NOW, limit=None)
+        outcome = bm25.search(index, query["query"], NOW, limit=None)
         cosines = matrix @ vector
         per_query.append(
             {

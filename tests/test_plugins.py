@@ -26,7 +26,7 @@ from squirrel_mcp.keys import crypto
 from squirrel_mcp.plugins import hookspecs
 from squirrel_mcp.plugins import manager as plugins
 from squirrel_mcp.search.ranking import MAX_NOTE_CHARS, Candidate, Progress, RankedHit, Ranking, RankOptions
-from squirrel_mcp.server import tools as server
+from squirrel_mcp.server import searching
 from squirrel_mcp.storage.local import LocalVault
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -202,13 +202,16 @@ def test_a_rankers_note_and_progress_reach_the_search_result(
     wait_for(lambda: rank(host, store)[0].ranking == "hybrid")
     heard: list[tuple[Progress, str | None]] = []
     now = datetime.now(UTC)
-    result = server.run_search(
+    result = searching.run_search(
         store, host, "one", limit=5, now=now, progress=lambda p, m: heard.append((p, m))
     )
     assert result.ranking == "hybrid" and result.note == note
     assert heard == [(Progress(1, 2), note)]
     # After the server's own note (a query no word of which can match).
-    assert server.run_search(store, host, "?!", limit=5, now=now).note == f"{server.MEANING_ONLY_NOTE} {note}"
+    assert (
+        searching.run_search(store, host, "?!", limit=5, now=now).note
+        == f"{searching.MEANING_ONLY_NOTE} {note}"
+    )
 
 
 def test_a_ranker_returning_none_defers_to_the_next_and_then_lexical(

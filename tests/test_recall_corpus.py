@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from squirrel_mcp.core.models import HALF_LIFE_DAYS
-from squirrel_mcp.search import bm25 as search
+from squirrel_mcp.search import bm25
 from squirrel_mcp.search.index import SearchIndex
 from squirrel_mcp.text.stopwords import STOPWORDS
 from squirrel_mcp.text.tokens import begins_with, document_terms, matches_prefixes, query_words
@@ -132,7 +132,7 @@ def test_lexical_recall(index: SearchIndex) -> None:
     figures = {}
     for name, queries in SETS.items():
         ranked = [
-            [hit.memory.id for hit in search.search(index, query["query"], NOW, limit=TOP).hits]
+            [hit.memory.id for hit in bm25.search(index, query["query"], NOW, limit=TOP).hits]
             for query in queries
         ]
         figures[name] = measure(queries, ranked)

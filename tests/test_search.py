@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.core.models import HALF_LIFE_DAYS, Revision
 from squirrel_mcp.keys import crypto
-from squirrel_mcp.search import bm25 as search
+from squirrel_mcp.search import bm25
 from squirrel_mcp.search.index import SearchIndex
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp.text import tokens
@@ -124,8 +124,8 @@ def memory(
     )
 
 
-def run(index: SearchIndex, query: str, **options: object) -> search.Outcome:
-    return search.search(index, query, NOW, **options)  # type: ignore[arg-type]
+def run(index: SearchIndex, query: str, **options: object) -> bm25.Outcome:
+    return bm25.search(index, query, NOW, **options)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -232,7 +232,7 @@ def test_many_words_with_the_same_prefix_add_nothing() -> None:
         [memory("gardens plot plot plot", number=1), memory("garden plot plot plot", number=2)]
     )
     prefixed, exact = (hit.score for hit in sorted(run(alone, "garden").hits, key=lambda hit: hit.memory.id))
-    assert prefixed == pytest.approx(search.PREFIX * exact)
+    assert prefixed == pytest.approx(bm25.PREFIX * exact)
 
 
 def test_stopwords_match_only_whole() -> None:
@@ -293,9 +293,9 @@ def test_older_memories_rank_lower_by_their_category_half_life() -> None:
 
 
 def test_half_lives_table() -> None:
-    assert search.decay("event", 30) == pytest.approx(0.5)
-    assert search.decay("fact", 360) == pytest.approx(0.25)
-    assert search.decay("profile", 10_000) == 1.0
+    assert bm25.decay("event", 30) == pytest.approx(0.5)
+    assert bm25.decay("fact", 360) == pytest.approx(0.25)
+    assert bm25.decay("profile", 10_000) == 1.0
     assert set(HALF_LIFE_DAYS) == {"profile", "preference", "fact", "project", "note", "event", "task"}
 
 
@@ -364,7 +364,7 @@ def test_likely_duplicates_share_half_their_content_words() -> None:
     second = memory("Allergic to cashews and peanuts", number=2)
     third = memory("Likes walnuts", number=3)
     index = SearchIndex([first, second, third])
-    assert [hit.memory.id for hit in search.likely_duplicates(index, second)] == [first.id]
+    assert [hit.memory.id for hit in bm25.likely_duplicates(index, second)] == [first.id]
 
 
 # Properties --------------------------------------------------------------------
@@ -436,17 +436,15 @@ def test_age_never_raises_a_score(
     entries: list[tuple[str, str, int]], query: str, later: float, more: float
 ) -> None:
     index = build(entries)
-    sooner = {
-        hit.memory.id: hit.score for hit in search.search(index, query, NOW + timedelta(days=later)).hits
-    }
-    afterwards = search.search(index, query, NOW + timedelta(days=later + more)).hits
+    sooner = {hit.memory.id: hit.score for hit in bm25.search(index, query, NOW + timedelta(days=later)).hits}
+    afterwards = bm25.search(index, query, NOW + timedelta(days=later + more)).hits
     for hit in afterwards:
         assert hit.score <= sooner[hit.memory.id]
 
 
 @given(st.sampled_from(sorted(HALF_LIFE_DAYS)), st.floats(0, 1e6), st.floats(0, 1e6))
 def test_decay_never_rises_with_age(category: str, age: float, more: float) -> None:
-    assert 0 <= search.decay(category, age + more) <= search.decay(category, age) <= 1
+    assert 0 <= bm25.decay(category, age + more) <= bm25.decay(category, age) <= 1
 
 
 @settings(max_examples=100, deadline=None)
@@ -499,5 +497,5 @@ def test_likely_duplicates_finds_every_memory_sharing_half_its_words(
         overlap = len(words & content(other)) / len(union) if union else 0.0
         if other.id != new.id and overlap >= 0.5:
             expected.append((-overlap, other.id))
-    found = search.likely_duplicates(index, new)
+    found = bm25.likely_duplicates(index, new)
     assert [hit.memory.id for hit in found] == [memory_id for _, memory_id in sorted(expected)[:3]]

@@ -3,7 +3,7 @@
 A query of 250 three-letter prefixes (the tool's 1,000 characters) used to match
 thousands of terms and make every memory a hit, and with a ranker installed the
 search then walked every prefix match for every hit and word: seconds with the
-index lock held. These tests see the bounds in `search.plan` and in the hits, in
+index lock held. These tests see the bounds in `bm25.plan` and in the hits, in
 process and through the real server over stdio with a ranker installed; that
 ordinary queries reach none of them, and so rank as before, is checked on the
 recall corpus (tests/test_search.py and tests/test_recall_corpus.py are unchanged).
@@ -18,7 +18,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import stdio_client
 
-from squirrel_mcp.search import bm25 as search
+from squirrel_mcp.search import bm25
 from squirrel_mcp.search.index import SearchIndex
 from squirrel_mcp.text.stopwords import STOPWORDS
 from squirrel_mcp.text.tokens import QueryWord, query_words
@@ -37,11 +37,11 @@ PREFIXES = [
 CRAFTED = " ".join(PREFIXES[:250])
 
 
-def terms_of(planned: search.Plan) -> list[str]:
+def terms_of(planned: bm25.Plan) -> list[str]:
     return list(planned.matches)
 
 
-def longer(planned: search.Plan, term: str) -> list[str]:
+def longer(planned: bm25.Plan, term: str) -> list[str]:
     return [match for match in planned.matches[term] if match != term]
 
 
@@ -54,26 +54,26 @@ def test_a_query_counts_its_first_64_distinct_terms_in_query_order() -> None:
     index = SearchIndex([memory(f"Holds {word}", number=n) for n, word in enumerate(words)])
     # Repeating a word adds no term: the first 64 distinct words count, in query order.
     query = " ".join([words[0], words[0], *words])
-    planned = search.plan(index, query)
-    assert [word.term for word in planned.words] == words[: search.MAX_QUERY_TERMS]
-    assert terms_of(planned) == words[: search.MAX_QUERY_TERMS]
-    found = search.search(index, query, NOW)
-    assert found.total == search.MAX_QUERY_TERMS
+    planned = bm25.plan(index, query)
+    assert [word.term for word in planned.words] == words[: bm25.MAX_QUERY_TERMS]
+    assert terms_of(planned) == words[: bm25.MAX_QUERY_TERMS]
+    found = bm25.search(index, query, NOW)
+    assert found.total == bm25.MAX_QUERY_TERMS
     assert {hit.memory.text for hit in found.hits} == {f"Holds {word}" for word in words[:64]}
     # The same words in the opposite order keep the other end of the query.
-    backwards = search.search(index, " ".join(reversed(words)), NOW)
+    backwards = bm25.search(index, " ".join(reversed(words)), NOW)
     assert {hit.memory.text for hit in backwards.hits} == {f"Holds {word}" for word in words[36:]}
 
 
 def test_a_hyphenated_word_at_the_bound_keeps_the_parts_that_fit() -> None:
     index = SearchIndex([memory("Runs a pi-hole and a kalo-mira-vent", number=1)])
     filler = [f"{prefix}word" for prefix in PREFIXES[:62]]
-    planned = search.plan(index, " ".join([*filler, "kalo-mira-vent", "pi-hole"]))
+    planned = bm25.plan(index, " ".join([*filler, "kalo-mira-vent", "pi-hole"]))
     # Terms 63 and 64 are the whole word and its first part; the rest is left out.
     assert terms_of(planned)[62:] == ["kalomiravent", "kalo"]
     assert planned.words[-1] == QueryWord("kalomiravent", ("kalo",))
-    assert len(terms_of(planned)) == search.MAX_QUERY_TERMS
-    (hit,) = search.search(index, " ".join([*filler, "kalo-mira-vent", "pi-hole"]), NOW).hits
+    assert len(terms_of(planned)) == bm25.MAX_QUERY_TERMS
+    (hit,) = bm25.search(index, " ".join([*filler, "kalo-mira-vent", "pi-hole"]), NOW).hits
     # The whole word is held; of the 63 content words that count, one.
     assert hit.lexical_score == pytest.approx(1 / 63)
 
@@ -92,28 +92,28 @@ def expanding(prefixes: list[str], count: int) -> SearchIndex:
 
 def test_a_prefix_finds_its_512_shortest_longer_terms() -> None:
     index = expanding(["kal"], 600)
-    planned = search.plan(index, "kal")
+    planned = bm25.plan(index, "kal")
     assert planned.matches["kal"][0] == "kal"
     # The shortest first, then in sorted order: kalx0-9, kalx10-99, kalx100-511.
-    assert longer(planned, "kal") == sorted(f"kalx{n}" for n in range(search.MAX_TERM_EXPANSIONS))
-    found = search.search(index, "kal", NOW)
-    assert found.total == 1 + search.MAX_TERM_EXPANSIONS
+    assert longer(planned, "kal") == sorted(f"kalx{n}" for n in range(bm25.MAX_TERM_EXPANSIONS))
+    found = bm25.search(index, "kal", NOW)
+    assert found.total == 1 + bm25.MAX_TERM_EXPANSIONS
     assert "Says kalx599" not in {hit.memory.text for hit in found.hits}
     # A longer query word still finds the words past the bound.
-    assert {hit.memory.text for hit in search.search(index, "kalx599", NOW).hits} == {"Says kalx599"}
-    assert search.search(index, "kalx59", NOW).total == 11
+    assert {hit.memory.text for hit in bm25.search(index, "kalx599", NOW).hits} == {"Says kalx599"}
+    assert bm25.search(index, "kalx59", NOW).total == 11
 
 
 def test_a_query_finds_at_most_2048_longer_terms_given_out_in_query_order() -> None:
     prefixes = ["kal", "lom", "mir", "nev", "pos"]
     index = expanding(prefixes, 600)
-    planned = search.plan(index, " ".join(prefixes))
-    assert planned.expansions == search.MAX_QUERY_EXPANSIONS == 4 * search.MAX_TERM_EXPANSIONS
+    planned = bm25.plan(index, " ".join(prefixes))
+    assert planned.expansions == bm25.MAX_QUERY_EXPANSIONS == 4 * bm25.MAX_TERM_EXPANSIONS
     assert [len(longer(planned, prefix)) for prefix in prefixes] == [512, 512, 512, 512, 0]
     # Past the budget a word still finds its own spelling.
     assert planned.matches["pos"] == ["pos"]
-    found = search.search(index, " ".join(prefixes), NOW)
-    assert found.total == 5 + search.MAX_QUERY_EXPANSIONS
+    found = bm25.search(index, " ".join(prefixes), NOW)
+    assert found.total == 5 + bm25.MAX_QUERY_EXPANSIONS
     texts = {hit.memory.text for hit in found.hits}
     assert "Says pos alone" in texts and "Says posx0" not in texts
 
@@ -126,13 +126,13 @@ def test_the_crafted_query_stays_within_every_bound() -> None:
             for n, suffix in enumerate(["", "a", "an", "ing", "ers", "ation"] * 50)
         ]
     )
-    planned = search.plan(index, CRAFTED)
-    assert terms_of(planned) == PREFIXES[: search.MAX_QUERY_TERMS]
-    assert max(len(longer(planned, term)) for term in planned.matches) <= search.MAX_TERM_EXPANSIONS
-    assert planned.expansions <= search.MAX_QUERY_EXPANSIONS
+    planned = bm25.plan(index, CRAFTED)
+    assert terms_of(planned) == PREFIXES[: bm25.MAX_QUERY_TERMS]
+    assert max(len(longer(planned, term)) for term in planned.matches) <= bm25.MAX_TERM_EXPANSIONS
+    assert planned.expansions <= bm25.MAX_QUERY_EXPANSIONS
     # The ranker's path: every match is scored, and the answer is the same each time.
-    first = search.search(index, CRAFTED, NOW)
-    again = search.search(index, CRAFTED, NOW)
+    first = bm25.search(index, CRAFTED, NOW)
+    again = bm25.search(index, CRAFTED, NOW)
     assert first.total == len(first.hits) == len(again.hits) > 0
     assert [(hit.memory.id, hit.score, hit.lexical_score) for hit in first.hits] == [
         (hit.memory.id, hit.score, hit.lexical_score) for hit in again.hits
@@ -144,10 +144,10 @@ def test_no_recall_corpus_query_reaches_a_bound(queries: list[dict[str, object]]
     index = SearchIndex([revision(entry) for entry in CORPUS])
     for entry in queries:
         query = str(entry["query"])
-        planned = search.plan(index, query)
+        planned = bm25.plan(index, query)
         assert planned.words == query_words(query), query
-        assert len(planned.matches) < search.MAX_QUERY_TERMS // 4, query
-        assert all(len(longer(planned, term)) < search.MAX_TERM_EXPANSIONS // 8 for term in planned.matches)
+        assert len(planned.matches) < bm25.MAX_QUERY_TERMS // 4, query
+        assert all(len(longer(planned, term)) < bm25.MAX_TERM_EXPANSIONS // 8 for term in planned.matches)
 
 
 # Through the real server over stdio, with a ranker installed ----------------------

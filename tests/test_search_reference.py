@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from squirrel_mcp.core.models import HALF_LIFE_DAYS, Revision
-from squirrel_mcp.search import bm25 as search
+from squirrel_mcp.search import bm25
 from squirrel_mcp.search.index import SearchIndex
 from squirrel_mcp.text.tokens import document_terms
 from tests import lexical_reference as reference
@@ -101,7 +101,7 @@ def queries(rng: random.Random, words: list[str], memories: list[Revision]) -> l
 
 
 def same(index: SearchIndex, plain: reference.ReferenceIndex, query: str, **options: object) -> None:
-    got = search.search(index, query, NOW, **options)  # type: ignore[arg-type]
+    got = bm25.search(index, query, NOW, **options)  # type: ignore[arg-type]
     want = reference.search(plain, query, NOW, **options)  # type: ignore[arg-type]
     assert [(hit.memory.id, hit.memory.revision, hit.score, hit.lexical_score) for hit in got.hits] == [
         (hit.memory.id, hit.memory.revision, hit.score, hit.lexical_score) for hit in want.hits
@@ -151,7 +151,7 @@ def test_the_compact_index_ranks_as_the_plain_search(seed: int, monkeypatch: pyt
     assert len(index.docs) < 1000, "the holes were closed"
     every_way(index, plain, texts)
     for memory in list(plain.memories.values())[:100]:
-        got = search.likely_duplicates(index, memory)
+        got = bm25.likely_duplicates(index, memory)
         want = reference.likely_duplicates(plain, memory)
         assert [(hit.memory.id, hit.score) for hit in got] == [(hit.memory.id, hit.score) for hit in want]
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager
-from squirrel_mcp.server.tools import run_search
+from squirrel_mcp.server.searching import run_search
 from tests.ui_support import create_vault, library, running_ui, save
 
 # Every test here starts `squirrel-mcp ui` (and a browser or a server) in processes of their own.

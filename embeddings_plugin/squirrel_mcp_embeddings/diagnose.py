@@ -8,7 +8,7 @@ and Latin accents. It unlocks your memories as the server does, from the local
 vault or the sync server (asking for the API key and the passphrase on the
 terminal, without echo, unless SQUIRREL_API_KEY and SQUIRREL_PASSPHRASE are set),
 starts the same model through the same plugin code, embeds every memory, and
-answers each query with the function behind search_memory (`squirrel_mcp.server.tools.run_search`,
+answers each query with the function behind search_memory (`squirrel_mcp.server.searching.run_search`,
 near misses on). For each memory `expect` finds it prints the memory's id, its rank
 as a match or a near miss, its rank by meaning among all memories, its cosine, and
 how far under the model's floor it is.
@@ -42,7 +42,7 @@ from squirrel_mcp.cli.main import USER_ERRORS, UserError, open_store
 from squirrel_mcp.plugin_api import Config, Revision
 from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager
 from squirrel_mcp.server.results import SearchResult
-from squirrel_mcp.server.tools import MAX_SEARCH_LIMIT, run_search
+from squirrel_mcp.server.searching import MAX_SEARCH_LIMIT, run_search
 from squirrel_mcp.text.tokens import fold
 from squirrel_mcp_embeddings import plugin, vectors
 

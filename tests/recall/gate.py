@@ -4,7 +4,7 @@
 
 The 500 synthetic memories of tests/recall/ are imported into a throwaway vault;
 each query of the four sets (paraphrase, exact, ranking, scripts) is answered by
-`squirrel_mcp.server.tools.run_search`, the function behind the search_memory tool,
+`squirrel_mcp.server.searching.run_search`, the function behind the search_memory tool,
 twice: with no plugin (lexical) and with the installed embeddings plugin loaded
 as the server loads it (hybrid, the real model). Before measuring, the plugin has
 started and embedded every memory, so no figure depends on the machine's speed.
@@ -31,7 +31,7 @@ from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.core.config import Config
 from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager, load_plugins
 from squirrel_mcp.server.results import SearchResult
-from squirrel_mcp.server.tools import MAX_SEARCH_LIMIT, run_search
+from squirrel_mcp.server.searching import MAX_SEARCH_LIMIT, run_search
 from squirrel_mcp.storage.local import LocalVault
 from tests.recall.corpus import CORPUS, NOW, SETS, TOP, measure, revision
 
@@ -96,7 +96,7 @@ def report(
         "",
         "Written by `nox -s recall` (tests/recall/gate.py), which `nox -s tests`, and so `.ci/run`,",
         f"also run. Measured on {len(CORPUS)} synthetic memories (tests/recall/, written by an AI agent,",
-        f"no user data) with the model {model}, through `squirrel_mcp.server.tools.run_search`,",
+        f"no user data) with the model {model}, through `squirrel_mcp.server.searching.run_search`,",
         "the code behind the search_memory tool: lexical = no plugin, hybrid = the embeddings plugin",
         "loaded as the server loads it, after it embedded every memory. The gate took",
         f"{seconds:.1f} s (vault, model start, embedding, {searches} searches).",

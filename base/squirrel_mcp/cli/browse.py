@@ -102,7 +102,7 @@ def call_tool(
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp.types import CallToolResult
 
-    from squirrel_mcp.server.tools import create_server
+    from squirrel_mcp.server.app import create_server
 
     server = create_server(store, host)
     try:
@@ -146,7 +146,7 @@ def waited_until_prepared(store: MemoryStore, host: PluginHost, query: str) -> b
     (the vectors are kept, so the next command starts where this one stopped).
     """
     # Imported here: the other commands do not pay for importing the server.
-    from squirrel_mcp.server.tools import run_search
+    from squirrel_mcp.server.searching import run_search
 
     waited = False
     reported: list[Progress] = []

@@ -68,7 +68,7 @@ from squirrel_mcp.storage.local import LocalVault
 
 if TYPE_CHECKING:
     # Imported when serving only: the other commands do not pay for importing the MCP SDK.
-    from squirrel_mcp.server.tools import Opening
+    from squirrel_mcp.server.opening import Opening
 
 MIN_PASSPHRASE = 8
 # How often `init` asks for a passphrase long enough before it gives up.
@@ -515,7 +515,8 @@ def cmd_serve(config: Config, pm: pluggy.PluginManager) -> int:
     it printed on stderr. A person at a terminal without SQUIRREL_PASSPHRASE is
     asked for it first, as the other commands ask.
     """
-    from squirrel_mcp.server.tools import Opening, create_server
+    from squirrel_mcp.server.app import create_server
+    from squirrel_mcp.server.opening import Opening
 
     host = PluginHost(pm)
     opening = Opening()

@@ -36,7 +36,7 @@ from squirrel_mcp.book.memories import (
 from squirrel_mcp.book.transfer import export_json
 from squirrel_mcp.core.models import HALF_LIFE_DAYS, Revision
 from squirrel_mcp.plugins.manager import PluginHost
-from squirrel_mcp.server.tools import run_search
+from squirrel_mcp.server.searching import run_search
 from squirrel_mcp.storage import StorageError
 from squirrel_mcp.ui import forms, pages
 from squirrel_mcp.ui.forms import FormError

@@ -1,0 +1,175 @@
+"""The MCP server: every tool of `TOOLS` bound to a context, the agent skill as a prompt.
+
+The store may still be opening when the server starts (`Opening`): the handshake
+and tools/list never wait for it, a tool call does. Argument errors name the
+fields and rules, never the values.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from importlib import resources
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import anyio.from_thread
+import anyio.to_thread
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.prompts import Prompt
+from pydantic import ValidationError
+
+from squirrel_mcp import __version__
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager
+from squirrel_mcp.search.ranking import Progress
+from squirrel_mcp.server.opening import Opening
+from squirrel_mcp.server.searching import ProgressReport
+from squirrel_mcp.server.stdio import stdio_transport
+from squirrel_mcp.server.tools import TOOLS, ToolContext, request_progress
+from squirrel_mcp.storage import StorageError
+
+INSTRUCTIONS = """\
+A private, encrypted memory of the user. Call get_context at the start of a session.
+Before answering anything about the user, search_memory; if nothing fits, retry once
+with nearMisses: true and check any near miss against the question. Save lasting facts
+with a clear entity, tags and keywords so they are found again. When a memory is wrong
+or outdated, correct it with update_memory instead of saving a second one."""
+
+
+# How many problems an invalid-arguments error lists.
+MAX_PROBLEMS = 8
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def describe_invalid(tool: str, error: ValidationError) -> str:
+    """A validation error without the rejected values: they may be memory text."""
+    problems = [
+        f"{'.'.join(str(part) for part in e['loc']) or 'arguments'}: {e['msg']}"
+        for e in error.errors(include_input=False)
+    ]
+    # Forty bad tags make forty problems; the first few say what to fix.
+    if len(problems) > MAX_PROBLEMS:
+        problems[MAX_PROBLEMS:] = [f"and {len(problems) - MAX_PROBLEMS} more"]
+    return f"invalid arguments for {tool}: " + "; ".join(problems)
+
+
+class SquirrelServer(MCPServer):
+    """MCPServer whose argument errors never echo the arguments back, and that answers every bad line.
+
+    Its tools wait for the store to open; everything else is answered at once.
+    """
+
+    def __init__(self, opening: Opening) -> None:
+        """A server whose tools work on the store `opening` opens."""
+        super().__init__(
+            name="squirrel-mcp", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING"
+        )
+        self.opening = opening
+
+    async def run_stdio_async(self) -> None:
+        """Serve over stdio through squirrel_mcp.server.stdio.
+
+        It answers the lines the SDK would drop, and at the end of input every
+        request read before it (within a bound), where the SDK cancels them.
+        """
+        async with stdio_transport() as (read_stream, write_stream):
+            await self._lowlevel_server.run(
+                read_stream, write_stream, self._lowlevel_server.create_initialization_options()
+            )
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> Any:
+        """Call a tool; argument errors name the fields and rules, not the values.
+
+        A storage failure (the sync server unreachable, a key refused) is the
+        user's to fix, not a crash: the agent gets its message, which names the
+        cause and never a key or memory text. Every call first waits for the
+        store to open, off the event loop so that other requests are answered
+        meanwhile; if it could not be opened, every call gets the reason, even
+        one with bad arguments.
+        """
+        await anyio.to_thread.run_sync(self.opening.wait, abandon_on_cancel=True)
+        token = request_progress.set(None if context is None else _progress_reporter(context))
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as error:
+            if isinstance(error.__cause__, ValidationError):
+                raise ToolError(describe_invalid(name, error.__cause__)) from error.__cause__
+            if isinstance(error.__cause__, StorageError):
+                # The vault went bad while serving: the agent hears what, rather than the
+                # SDK's bare "Error executing tool" (and no traceback goes to the log).
+                raise ToolError(str(error.__cause__)) from error.__cause__
+            known = sorted(tool.name for tool in await self.list_tools())
+            if name not in known:
+                # The SDK's message repeats the name, whatever its length or content.
+                raise ToolError(f"unknown tool; this server's tools are {', '.join(known)}") from None
+            raise
+        finally:
+            request_progress.reset(token)
+
+
+def _progress_reporter(context: Context[Any, Any]) -> ProgressReport:
+    """Send a progress notification for the request `context` serves, from the tool's worker thread.
+
+    The SDK sends nothing when the request carried no progress token.
+    """
+
+    def report(progress: Progress, message: str | None) -> None:
+        anyio.from_thread.run(context.report_progress, progress.done, progress.total, message)
+
+    return report
+
+
+SKILL_NAME = "squirrel-notes"
+
+
+def skill() -> str:
+    """The agent skill: the habits that make this memory useful (start with get_context, ...)."""
+    return (resources.files("squirrel_mcp") / "skill" / "SKILL.md").read_text(encoding="utf-8")
+
+
+def _bind(tool: Callable[Concatenate[ToolContext, P], R], context: ToolContext) -> Callable[P, R]:
+    """The tool with its context filled in, so its signature shows only the agent's arguments."""
+    bound = functools.partial(tool, context)
+    # The SDK names the tool and its argument model after `__name__`, which a partial lacks;
+    # functools.update_wrapper would also set `__wrapped__`, whose signature shows the context.
+    bound.__name__ = tool.__name__  # type: ignore[attr-defined]
+    return bound
+
+
+def create_server(store: MemoryStore | Opening, plugins: PluginHost | None = None) -> MCPServer:
+    """The MCP server with every tool bound to a memory store, unlocked or still opening.
+
+    `plugins` ranks search hits; without it only the built-in lexical ranker does.
+    The tools and their schemas are the same whatever plugins are installed.
+    """
+    opening = store if isinstance(store, Opening) else Opening(store)
+    context = ToolContext(opening, plugins or PluginHost(get_plugin_manager()))
+    server = SquirrelServer(opening)
+    for tool in TOOLS:
+        server.add_tool(
+            _bind(tool.function, context),
+            title=tool.title,
+            description=inspect.cleandoc(tool.function.__doc__ or ""),
+            annotations=tool.annotations,
+        )
+    server.add_prompt(
+        Prompt.from_function(
+            skill,
+            name=SKILL_NAME,
+            title="How to use this memory",
+            description="The agent skill: start with get_context, search before answering, retry "
+            "once with nearMisses, save memories that will be found again, correct rather than duplicate.",
+        )
+    )
+    # The SDK serves resources on every server; this one has none, so it neither serves
+    # nor announces them (capabilities are derived from the methods served).
+    for method in [m for m in server._lowlevel_server._request_handlers if m.startswith("resources/")]:
+        del server._lowlevel_server._request_handlers[method]
+    return server
