@@ -44,13 +44,13 @@ def test_init_creates_a_vault_and_prints_a_client_config(vault_env: dict[str, st
 
 
 def test_the_printed_command_is_the_script_that_ran_or_the_uvx_form(tmp_path: Path) -> None:
-    from squirrel_mcp.cli import main as cli
+    from squirrel_mcp.cli import account
 
     script = Path(sys.prefix) / "bin" / "squirrel-mcp"
     original = sys.argv[0]
     try:
         sys.argv[0] = str(script)
-        assert cli.server_command({}) == (str(script), [])
+        assert account.server_command({}) == (str(script), [])
         # uvx runs the script from an environment in uv's cache (archive-v0/<hash>), with UV set.
         uv = tmp_path / "uv"
         (tmp_path / "uvx").touch()
@@ -58,7 +58,7 @@ def test_the_printed_command_is_the_script_that_ran_or_the_uvx_form(tmp_path: Pa
         original_prefix = sys.prefix
         sys.prefix = str(archive)
         try:
-            command, args = cli.server_command({"UV": str(uv)})
+            command, args = account.server_command({"UV": str(uv)})
         finally:
             sys.prefix = original_prefix
         assert command == str(tmp_path / "uvx")

@@ -26,7 +26,7 @@ import pytest
 from mcp import Client
 
 from squirrel_mcp.book.memories import MemoryStore
-from squirrel_mcp.cli.main import UserError
+from squirrel_mcp.cli.unlock import UserError
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp_embeddings.diagnose import read_questions
 from tests.conftest import PASSPHRASE, call, needs_model, server_params

@@ -32,7 +32,9 @@ from pydantic import BaseModel
 
 from squirrel_mcp.book import transfer
 from squirrel_mcp.book.memories import MemoryStore
-from squirrel_mcp.cli import main as cli
+from squirrel_mcp.cli import backup as backup_command
+from squirrel_mcp.cli import main
+from squirrel_mcp.cli.backup import EXIT_EXPORT_INCOMPLETE
 from squirrel_mcp.core.files import STALE_TEMP_SECONDS, TEMP_MARKER, atomic_write
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage.local import LocalVault
@@ -111,7 +113,7 @@ async def test_an_unreadable_older_revision_leaves_a_named_gap_and_the_rest_is_e
     backup = tmp_path / "backup.json"
     result = run_cli(vault_env, "export", "-o", str(backup))
     stderr = result.stderr.decode()
-    assert result.returncode == cli.EXIT_EXPORT_INCOMPLETE, stderr
+    assert result.returncode == EXIT_EXPORT_INCOMPLETE, stderr
     assert "Traceback" not in stderr and "input_value" not in stderr
     assert f"memory {van}: revision 2" in stderr
     assert other not in stderr
@@ -119,7 +121,7 @@ async def test_an_unreadable_older_revision_leaves_a_named_gap_and_the_rest_is_e
     assert (backup.stat().st_mode & 0o777) == 0o600
     # The same to stdout; and the secrets scan (conftest) checks no text or reason reached stderr.
     to_stdout = run_cli(vault_env, "export")
-    assert to_stdout.returncode == cli.EXIT_EXPORT_INCOMPLETE
+    assert to_stdout.returncode == EXIT_EXPORT_INCOMPLETE
     assert revisions_by_id(to_stdout.stdout) == {van: [1, 3], other: [1]}
 
     # Import elsewhere: what was readable arrives, numbered as it was, and the memory goes on.
@@ -130,7 +132,7 @@ async def test_an_unreadable_older_revision_leaves_a_named_gap_and_the_rest_is_e
     again = run_cli(target, "import", str(backup))
     assert again.returncode == 0 and b"0 revisions added, 3 already present" in again.stdout
     reexported = run_cli(target, "export")
-    assert reexported.returncode == cli.EXIT_EXPORT_INCOMPLETE
+    assert reexported.returncode == EXIT_EXPORT_INCOMPLETE
     assert json.loads(reexported.stdout)["memories"] == json.loads(backup.read_bytes())["memories"]
     async with Client(server_params(target)) as client:
         history = (await call(client, "get_memory", id=van, history=True))["history"]
@@ -147,7 +149,7 @@ def test_an_unreadable_latest_or_only_revision_is_named_too(vault_env: dict[str,
     flip_ciphertext(vault, other, 1)
     result = run_cli(vault_env, "export")
     stderr = result.stderr.decode()
-    assert result.returncode == cli.EXIT_EXPORT_INCOMPLETE, stderr
+    assert result.returncode == EXIT_EXPORT_INCOMPLETE, stderr
     assert f"memory {van}: revisions 1, 3" in stderr
     assert f"memory {other}: every revision" in stderr
     assert revisions_by_id(result.stdout) == {van: [2]}
@@ -168,8 +170,8 @@ def test_a_validation_error_is_one_line_naming_places_not_values(
     make_vault(Path(vault_env["SQUIRREL_VAULT"]))
     for name, value in vault_env.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(cli, "export_json", broken_export)
-    assert cli.main(["export"]) == 1
+    monkeypatch.setattr(backup_command, "export_json", broken_export)
+    assert main.main(["export"]) == 1
     stderr = capsys.readouterr().err
     assert stderr == "squirrel-mcp: invalid data at: count\n"
 

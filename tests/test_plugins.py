@@ -316,7 +316,7 @@ def test_hook_register_commands(
     register: Callable[[object, str], None],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from squirrel_mcp.cli import main as cli
+    from squirrel_mcp.cli import main
 
     class Greeter:
         @hookspecs.hookimpl
@@ -332,7 +332,7 @@ def test_hook_register_commands(
 
     register(Greeter(), "greeter")
     register(Usurper(), "usurper")
-    parser = cli.build_parser(pm)
+    parser = main.build_parser(pm)
     args = parser.parse_args(["hello", "--times", "2"])
     assert args.run(args) == 42
     # The plugin that asked for a built-in name is left out, saying so; init is still the built-in.

@@ -38,7 +38,7 @@ from types import FrameType
 from typing import NoReturn
 
 from squirrel_mcp.book.memories import MemoryStore
-from squirrel_mcp.cli.main import USER_ERRORS, UserError, open_store
+from squirrel_mcp.cli.unlock import USER_ERRORS, UserError, open_store
 from squirrel_mcp.plugin_api import Config, Revision
 from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager
 from squirrel_mcp.server.results import SearchResult

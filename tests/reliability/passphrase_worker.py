@@ -3,7 +3,7 @@
 Started once per check (`python passphrase_worker.py LOG`), with the vault's or the
 sync server's variables and the cache directory in its environment. It imports the
 command line once, then for each command read on stdin forks a child that runs the
-real command, `squirrel_mcp.cli.main.main(["passphrase"])`, with SQUIRREL_PASSPHRASE and
+real command, `squirrel_mcp.cli.cli.main(["passphrase"])`, with SQUIRREL_PASSPHRASE and
 SQUIRREL_NEW_PASSPHRASE set to one of PASSPHRASES and the other: a run costs a fork,
 not a 1 s interpreter start. The child's output goes to LOG.
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from squirrel_mcp.cli.main import EXIT_EXPORT_INCOMPLETE
+from squirrel_mcp.cli.backup import EXIT_EXPORT_INCOMPLETE
 from squirrel_mcp_embeddings import plugin
 from tests.conftest import (
     PASSPHRASE,

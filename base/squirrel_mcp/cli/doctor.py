@@ -23,7 +23,8 @@ import pluggy
 
 from squirrel_mcp.book.checkpoint import ACCEPT_COMMAND, records
 from squirrel_mcp.book.memories import MemoryReader, MemoryStore, NoAccountError
-from squirrel_mcp.cli.main import USER_ERRORS, _where, open_storage, open_store, server_command
+from squirrel_mcp.cli.account import server_command
+from squirrel_mcp.cli.unlock import USER_ERRORS, location, open_storage, open_store
 from squirrel_mcp.core.config import Config, ConfigError
 from squirrel_mcp.keys.crypto import WrongPassphraseError
 from squirrel_mcp.plugins.checks import Check
@@ -60,9 +61,9 @@ def check_storage(config: Config) -> Check:
         )
         return Check(name, False, str(error), fix)
     if account is None:
-        return Check(name, False, f"{_where(config)} holds no account", INIT_FIX)
+        return Check(name, False, f"{location(config)} holds no account", INIT_FIX)
     found = "answers and holds an account" if config.remote else "holds an account"
-    return Check(name, True, f"{_where(config)} {found}")
+    return Check(name, True, f"{location(config)} {found}")
 
 
 def check_passphrase(config: Config) -> tuple[Check, MemoryStore | None]:

@@ -12,17 +12,11 @@ from datetime import datetime
 
 from squirrel_mcp.book.checkpoint import accept_advice
 from squirrel_mcp.book.memories import MemoryStore
-from squirrel_mcp.core.models import (
-    Category,
-    Revision,
-)
+from squirrel_mcp.core.models import Category, Revision
 from squirrel_mcp.plugins.manager import PluginHost
 from squirrel_mcp.search import bm25
 from squirrel_mcp.search.ranking import Progress, RankedHit, RankOptions
-from squirrel_mcp.server.results import (
-    SearchHit,
-    SearchResult,
-)
+from squirrel_mcp.server.results import SearchHit, SearchResult
 
 MAX_SEARCH_LIMIT = 50
 # The note on a query with no letter or digit when a semantic ranker ranked it anyway.

@@ -1,0 +1,161 @@
+"""`squirrel-mcp init` and `squirrel-mcp passphrase`: make the account, change its passphrase.
+
+`init` prints the block to paste into an MCP client's config, with the command
+that starts this same installation (`server_command`).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from squirrel_mcp.book import rekey
+from squirrel_mcp.book.memories import MemoryStore, NoAccountError
+from squirrel_mcp.cli.unlock import (
+    UserError,
+    ask_new_passphrase,
+    check_kdf,
+    check_new_passphrase,
+    explaining,
+    get_passphrase,
+    location,
+    open_storage,
+    remember_key,
+)
+from squirrel_mcp.core.config import Config, check_api_base_url
+from squirrel_mcp.keys.crypto import unwrap_data_key
+from squirrel_mcp.storage import NO_REMOTE_ACCOUNT, KeyChanged
+
+
+def _client_config(config: Config) -> str:
+    env = {"SQUIRREL_PASSPHRASE": "<your passphrase>"}
+    if config.api_base_url is not None:
+        env["SQUIRREL_API_BASE_URL"] = check_api_base_url(config.api_base_url)
+        env["SQUIRREL_API_KEY"] = "<your API key>"
+    elif config.vault_path != Config.from_env({}).vault_path:
+        env["SQUIRREL_VAULT"] = str(config.vault_path)
+    command, args = server_command()
+    block = {"mcpServers": {"squirrel-notes": {"command": command, "args": args, "env": env}}}
+    return json.dumps(block, indent=2)
+
+
+def server_command(environ: Mapping[str, str] = os.environ) -> tuple[str, list[str]]:
+    """The `command` and `args` that start this same installation from an MCP client.
+
+    Absolute paths: a client (Claude Desktop, Claude Code, Cursor) does not start its
+    servers from your shell, so a bare `squirrel-mcp` found on your PATH is not found
+    there. Under uvx (an environment in uv's cache, which uv may clear), the uvx form,
+    with the `embeddings` extra when the plugin is installed.
+    """
+    prefix = Path(sys.prefix)
+    if "UV" in environ and prefix.parent.name.startswith("archive-v"):
+        uvx = Path(environ["UV"]).with_name("uvx")
+        args = ["--from", "squirrel-mcp[embeddings]", "squirrel-mcp"]
+        if not _installed("squirrel-mcp-embeddings"):
+            args = ["squirrel-mcp"]
+        return str(uvx) if uvx.is_file() else "uvx", args
+    script = Path(sys.argv[0])
+    if script.name == "__main__.py":  # python -m squirrel_mcp
+        return sys.executable, ["-m", "squirrel_mcp"]
+    # Not resolved: pipx's link in its bin directory outlives upgrades of its venv.
+    return str(script.absolute()), []
+
+
+def _installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def cmd_init(config: Config) -> int:
+    """Create the vault, or the account on the sync server, asking for the passphrase twice.
+
+    SQUIRREL_PASSPHRASE, when set, is used instead of asking. On a server the
+    API key's slot must be empty (the server's operator issues keys).
+    """
+    if config.passphrase:
+        # Before the vault file is made: nothing is created with a passphrase too short.
+        check_new_passphrase("SQUIRREL_PASSPHRASE", config.passphrase, "nothing was created")
+    storage = open_storage(config, create=True)
+    where = location(config)
+    try:
+        if storage.load_account() is not None:
+            if config.remote:
+                raise UserError(f"{where} already holds an account for this API key; nothing was changed")
+            raise UserError(f"a vault already exists at {config.vault_path}; nothing was changed")
+        MemoryStore.create(storage, get_passphrase(config, confirm=True))
+    finally:
+        storage.close()
+    if config.remote:
+        print(f"Created an encrypted account on {where}\n")
+    else:
+        print(f"Created an encrypted vault at {config.vault_path}\n")
+    print("Add this to your MCP client's config (Claude Desktop, Claude Code, Cursor, ...),")
+    if config.remote:
+        print("with your API key and passphrase in place of the placeholders:\n")
+    else:
+        print("with your passphrase in place of the placeholder:\n")
+    print(_client_config(config))
+    return 0
+
+
+def cmd_passphrase(config: Config) -> int:
+    """Change the passphrase: the current one, then the new one twice, asked (or from the environment).
+
+    SQUIRREL_PASSPHRASE and SQUIRREL_NEW_PASSPHRASE, when set, are used instead of
+    asking. The data key is wrapped under the new passphrase and swapped in with
+    `Storage.replace_key`; the records are not touched (see squirrel_mcp.book.rekey).
+    """
+    storage = open_storage(config, create=False)
+    where = location(config)
+    try:
+        account = storage.load_account()
+        if account is None:
+            raise NoAccountError(
+                f"{where} {NO_REMOTE_ACCOUNT}" if config.remote else f"{where} holds no account"
+            )
+        check_kdf(config, account.kdf)
+        current = get_passphrase(config, confirm=False, prompt="Current passphrase: ")
+        with explaining(config, storage):
+            data_key = unwrap_data_key(current, account.kdf, account.account_id, account.wrapped_data_key)
+        new = _new_passphrase(config, current)
+        changed = rekey.rekey(account, data_key, new)
+        try:
+            storage.replace_key(account, changed)
+        except KeyChanged:
+            other = "another machine" if config.remote else "another process"
+            raise UserError(
+                f"the passphrase of {where} was changed by {other} while this command ran; nothing was "
+                "changed here: run `squirrel-mcp passphrase` again, with the passphrase now in use"
+            ) from None
+    finally:
+        storage.close()
+    remember_key(config, changed, changed_here=True)
+    print(f"Changed the passphrase of {where}; every memory stays as it was.")
+    print("Set SQUIRREL_PASSPHRASE to the new passphrase in your MCP client's config (and wherever else")
+    print("it is set). Servers running now keep working; they need the new one when they start again.")
+    if config.remote:
+        print("Other machines using this account need it too: until they have it, they are told the")
+        print("passphrase was changed.")
+    return 0
+
+
+def _new_passphrase(config: Config, current: str) -> str:
+    """SQUIRREL_NEW_PASSPHRASE, or asked twice on the terminal: at least MIN_PASSPHRASE characters."""
+    nothing = "nothing was changed"
+    if config.new_passphrase:
+        new = config.new_passphrase
+        check_new_passphrase("SQUIRREL_NEW_PASSPHRASE", new, nothing)
+    elif sys.stdin.isatty():
+        new = ask_new_passphrase("New passphrase: ", nothing)
+    else:
+        raise UserError(f"SQUIRREL_NEW_PASSPHRASE is not set (and there is no terminal to ask on); {nothing}")
+    if new == current:
+        raise UserError(f"the new passphrase is the current one; {nothing}")
+    return new

@@ -1,0 +1,223 @@
+"""Opening the configured vault or sync account: the passphrase, the storage, the unlock.
+
+Every command and the server unlock through `open_store`. The passphrase comes
+from SQUIRREL_PASSPHRASE or is asked on the terminal without echo. Errors a user
+can cause (`USER_ERRORS`) become one line (`error_line`) that names what to
+change and never a secret or memory text.
+"""
+
+from __future__ import annotations
+
+import getpass
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from urllib.parse import urlsplit
+
+from pydantic import ValidationError
+
+from squirrel_mcp.book import rekey
+from squirrel_mcp.book.checkpoint import Place
+from squirrel_mcp.book.memories import LogDivergedError, MemoryStore, NoAccountError
+from squirrel_mcp.book.transfer import (
+    ImportFileError,
+    field_locations,
+)
+from squirrel_mcp.core.config import APP_NAME, Config, ConfigError, check_api_base_url
+from squirrel_mcp.core.lines import log_line
+from squirrel_mcp.keys.crypto import KdfParams, WrongPassphraseError
+from squirrel_mcp.storage import NO_REMOTE_ACCOUNT, Account, Storage, StorageError
+from squirrel_mcp.storage.local import LocalVault
+
+MIN_PASSPHRASE = 8
+# How often `init` asks for a passphrase long enough before it gives up.
+PASSPHRASE_ATTEMPTS = 3
+# `export` wrote its file but left out revisions it could not read (see the module docstring).
+
+
+class UserError(Exception):
+    """Something the user can fix; the message says what."""
+
+
+# Errors a user can cause and fix: one line on stderr, no traceback (their messages hold no secret).
+USER_ERRORS = (
+    UserError,
+    ConfigError,
+    StorageError,
+    WrongPassphraseError,
+    NoAccountError,
+    ImportFileError,
+    LogDivergedError,
+)
+
+
+def get_passphrase(config: Config, *, confirm: bool, prompt: str = "Passphrase: ") -> str:
+    """SQUIRREL_PASSPHRASE, or asked on the terminal without echo.
+
+    `confirm` (a new account's): asked twice, at least MIN_PASSPHRASE characters.
+    """
+    if config.passphrase:
+        return config.passphrase
+    if not sys.stdin.isatty():
+        raise UserError("SQUIRREL_PASSPHRASE is not set (and there is no terminal to ask on)")
+    if confirm:
+        return ask_new_passphrase(prompt, "nothing was created")
+    return getpass.getpass(prompt)
+
+
+def ask_new_passphrase(prompt: str, nothing: str) -> str:
+    """A new passphrase asked on the terminal: again while too short (a few times), then to confirm."""
+    first = getpass.getpass(prompt)
+    for _ in range(PASSPHRASE_ATTEMPTS - 1):
+        if len(first) >= MIN_PASSPHRASE:
+            break
+        print(f"The passphrase must have at least {MIN_PASSPHRASE} characters; try again.", file=sys.stderr)
+        first = getpass.getpass(prompt)
+    if len(first) < MIN_PASSPHRASE:
+        raise UserError(f"the passphrase must have at least {MIN_PASSPHRASE} characters; {nothing}")
+    if getpass.getpass(f"{prompt.removesuffix(': ')} again: ") != first:
+        raise UserError(f"the two passphrases differ; {nothing}")
+    return first
+
+
+def check_new_passphrase(variable: str, passphrase: str, nothing: str) -> None:
+    """Refuse a new passphrase from `variable` shorter than the prompt accepts (an existing one may be)."""
+    if len(passphrase) < MIN_PASSPHRASE:
+        raise UserError(
+            f"{variable} is too short for a new passphrase: it must have at least {MIN_PASSPHRASE} "
+            f"characters; {nothing} (an existing vault or account opens with any passphrase)"
+        )
+
+
+def open_storage(config: Config, *, create: bool) -> Storage:
+    """The configured backend: the sync server's API when SQUIRREL_API_BASE_URL is set, else the vault."""
+    config.check()
+    if config.api_base_url is not None and config.api_key is not None:
+        # Imported here: the local vault's start-up does not pay for importing requests.
+        from squirrel_mcp.storage.remote import RemoteStorage
+
+        return RemoteStorage(check_api_base_url(config.api_base_url), config.api_key)
+    vault = LocalVault(config.vault_path, create=create)
+    for path, mode in vault.corrected_modes:
+        log_line(
+            f"{path} could be read or written by other users (mode {mode:04o}); its mode is now 0600. "
+            "Whoever read it holds sealed records that only your passphrase protects"
+        )
+    return vault
+
+
+def location(config: Config) -> str:
+    """Where the memories live, for messages: the server's address or the vault's path."""
+    if config.api_base_url is not None:
+        parts = urlsplit(check_api_base_url(config.api_base_url))
+        return f"the sync server at {parts.scheme}://{parts.netloc}"
+    return f"the vault at {config.vault_path}"
+
+
+def checkpoints(config: Config) -> Place:
+    """Where this machine keeps the checkpoints of the configured log (squirrel_mcp.book.checkpoint)."""
+    if config.api_base_url is not None:
+        location = check_api_base_url(config.api_base_url)
+    else:
+        location = str(config.vault_path.resolve())
+    return Place(config.cache_dir / APP_NAME, location)
+
+
+def open_store(
+    config: Config, *, create: bool, progress: Callable[[int, int], None] | None = None
+) -> MemoryStore:
+    """Unlock the configured account (creating a local vault's first when `create` and it is missing).
+
+    On a sync server only `init` creates the account: a missing one is NoAccountError.
+    `progress` becomes the store's (told how far each pull's decryption has got).
+    """
+    config.check()
+    if not config.passphrase and create:
+        raise UserError("SQUIRREL_PASSPHRASE is not set; run `squirrel-mcp init` to create a vault")
+    existed = config.remote or config.vault_path.exists()
+    if create and config.passphrase and not existed:
+        check_new_passphrase("SQUIRREL_PASSPHRASE", config.passphrase, "no vault was created")
+    storage = open_storage(config, create=create)
+    try:
+        account = storage.load_account()
+        if account is not None:
+            check_kdf(config, account.kdf)
+        passphrase = get_passphrase(config, confirm=False)
+        if account is None:
+            if config.remote:
+                # Only `init` creates an account on a server: one that answers "no account"
+                # may have lost its database, and serving would then write into an empty memory.
+                raise NoAccountError(f"{location(config)} {NO_REMOTE_ACCOUNT}")
+            if not create:
+                raise NoAccountError(f"the vault at {config.vault_path} holds no account")
+            check_new_passphrase("SQUIRREL_PASSPHRASE", passphrase, "no account was created")
+            store = MemoryStore.create(storage, passphrase, checkpoints=checkpoints(config))
+            store.progress = progress
+            # An existing file without an account is one whose creation was cut short,
+            # or one emptied since: either way the user should hear of the new account.
+            log_line(
+                f"created a new vault at {config.vault_path}"
+                if not existed
+                else f"the vault at {config.vault_path} held no account; created a new one in it"
+            )
+            return store
+        with explaining(config, storage):
+            store = MemoryStore.unlock(storage, passphrase, checkpoints(config), progress=progress)
+        # The account read before the unlock: if the key changed in between, the next
+        # unlock with this passphrase remembers the right one.
+        remember_key(config, account)
+        return store
+    except BaseException:
+        storage.close()
+        raise
+
+
+@contextmanager
+def explaining(config: Config, storage: Storage) -> Iterator[None]:
+    """A wrong passphrase's error, or a PassphraseChangedError when this machine can tell it was changed."""
+    try:
+        yield
+    except WrongPassphraseError:
+        changed = rekey.explain(config.cache_dir / APP_NAME, storage.load_account(), location(config))
+        if changed is None:
+            raise
+        raise changed from None
+
+
+def remember_key(config: Config, account: Account, *, changed_here: bool = False) -> None:
+    """Remember the key this machine unlocked (or set); a cache that cannot be written only costs the hint."""
+    try:
+        rekey.remember(config.cache_dir / APP_NAME, account, changed_here=changed_here)
+    except OSError as error:
+        log_line(
+            f"cannot write to the cache directory {config.cache_dir / APP_NAME} ({error.strerror}): "
+            "a later change of the passphrase will be reported as a wrong passphrase"
+        )
+
+
+def check_kdf(config: Config, kdf: KdfParams) -> None:
+    """Refuse stored key-derivation parameters outside the bounds, before any passphrase is asked for.
+
+    They come from the vault file or the sync server; out of bounds, scrypt would
+    take gigabytes or minutes (derive_kek refuses them too, but as a bug's ValueError).
+    """
+    try:
+        kdf.validate()
+    except ValueError as error:
+        raise StorageError(
+            f"the key parameters of {location(config)} are out of bounds ({error}): this squirrel-mcp "
+            "did not make them, so the account record was damaged or tampered with"
+        ) from None
+
+
+def error_line(error: Exception) -> str | None:
+    """The one line telling the user what went wrong and what to change; None for a bug."""
+    if isinstance(error, USER_ERRORS):
+        return str(error)
+    if isinstance(error, ValidationError):
+        # Data that does not fit a model: name the fields, never the values (memory text).
+        return f"invalid data at: {field_locations(error)}"
+    if isinstance(error, OSError):
+        # A missing or unreadable file given on the command line; the path is the user's own.
+        return f"{error.strerror}: {error.filename}"
+    return None
