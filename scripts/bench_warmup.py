@@ -40,7 +40,8 @@ from mcp import Client, StdioServerParameters
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_hybrid
 
-from squirrel_mcp.book.memories import MemoryReader, MemoryStore
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.book.reader import MemoryReader
 from squirrel_mcp.core.models import Revision
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.search import bm25
@@ -160,7 +161,7 @@ def bare_runtime(model: embedder.Embedder, texts: Sequence[str], threads: int | 
 def seed(path: Path, n: int, model: embedder.Embedder, cache: Path) -> None:
     """A vault of n corpus memories, and its vector file (noisy copies of the corpus's vectors)."""
     store = MemoryStore.create(LocalVault(path, create=True), PASSPHRASE, CHEAP_KDF)
-    store._storage._db.execute("PRAGMA synchronous = OFF")  # type: ignore[attr-defined]
+    store._log.storage._db.execute("PRAGMA synchronous = OFF")  # type: ignore[attr-defined]
     memories = bench_hybrid.corpus_memories(n)
     for memory in memories:
         store.import_history([memory])
@@ -178,7 +179,7 @@ def seed(path: Path, n: int, model: embedder.Embedder, cache: Path) -> None:
     reader = MemoryReader(store)
     path_of_vectors = vectors.vector_path(store.account_id, {vectors.CACHE_DIR_VARIABLE: str(cache)})
     vectors.save(path_of_vectors, table, reader.derive_key(vectors.KEY_PURPOSE), store.account_id, stamp)
-    store._storage.close()
+    store._log.storage.close()
 
 
 def status_kib(pid: int, field: str) -> int:

@@ -24,7 +24,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from squirrel_mcp.book.memories import MemoryReader, MemoryStore
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.book.reader import MemoryReader
 from squirrel_mcp.core.models import Revision
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.search.bm25 import decay
@@ -522,7 +523,7 @@ def test_derive_key_is_per_purpose_and_never_the_data_key(store: MemoryStore) ->
     reader = MemoryReader(store)
     key = reader.derive_key("memory-vectors")
     assert len(key) == 32 and key == reader.derive_key("memory-vectors")
-    assert key != reader.derive_key("something-else") and key != store._key
+    assert key != reader.derive_key("something-else") and key != store._log._key
     with pytest.raises(ValueError, match="purpose"):
         reader.derive_key("")
 

@@ -184,7 +184,7 @@ def seed(vault: Path, count: int) -> None:
         LocalVault(vault, create=True), PASSPHRASE, crypto.KdfParams(salt=b"w" * crypto.SALT_BYTES, n=2**14)
     )
     try:
-        store._storage._db.execute("PRAGMA synchronous = OFF")  # type: ignore[attr-defined]
+        store._log.storage._db.execute("PRAGMA synchronous = OFF")  # type: ignore[attr-defined]
         store.save(entity="user", text="Is allergic to peanuts", category="profile", tags=[], keywords=[])
         for n in range(count - 1):
             store.save(
@@ -195,7 +195,7 @@ def seed(vault: Path, count: int) -> None:
                 keywords=[],
             )
     finally:
-        store._storage.close()
+        store._log.storage.close()
 
 
 async def test_a_search_during_the_warm_up_answers_at_once_with_a_note_and_progress(

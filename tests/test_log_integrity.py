@@ -20,7 +20,8 @@ import pytest
 from mcp import Client
 
 from squirrel_mcp.book.checkpoint import ACCEPT_COMMAND, LogChain, LogWatch, Place, next_link, read_checkpoint
-from squirrel_mcp.book.memories import LogDivergedError, MemoryStore
+from squirrel_mcp.book.errors import LogDivergedError
+from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage import SealedRecord
 from squirrel_mcp.storage.local import LocalVault

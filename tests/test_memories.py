@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from squirrel_mcp.book.memories import ConflictError, MemoryStore, UnknownMemoryError
+from squirrel_mcp.book.errors import ConflictError, UnknownMemoryError
+from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.core.models import Revision
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage.local import LocalVault

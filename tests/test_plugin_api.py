@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from squirrel_mcp import plugin_api
-from squirrel_mcp.book import memories
+from squirrel_mcp.book import memories, reader
 from squirrel_mcp.core import config, models
 from squirrel_mcp.plugins import checks, hookspecs
 from squirrel_mcp.plugins import manager as plugins
@@ -33,7 +33,7 @@ PLUGINS = [
     ROOT / "embeddings_plugin" / "squirrel_mcp_embeddings" / "plugin.py",
 ]
 # The modules the API gathers from: a public name of theirs that the docs mention must be exported.
-SOURCES = [config, hookspecs, memories, models, plugins, ranking, bm25]
+SOURCES = [config, hookspecs, memories, models, plugins, ranking, reader, bm25]
 
 
 def squirrel_imports(source: str) -> list[str]:
@@ -128,7 +128,7 @@ def test_every_type_a_hook_takes_or_returns_is_exported() -> None:
     assert needed == {
         checks.Check,
         config.Config,
-        memories.MemoryReader,
+        reader.MemoryReader,
         models.Revision,
         ranking.Candidate,
         ranking.Ranking,

@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from squirrel_mcp.book.memories import MemoryReader, MemoryStore
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.book.reader import MemoryReader
 from squirrel_mcp.core.config import Config
 from squirrel_mcp.core.models import Revision
 from squirrel_mcp.keys import crypto

@@ -25,7 +25,8 @@ from mcp import Client
 
 from squirrel_mcp.book.catalog import Filters
 from squirrel_mcp.book.checkpoint import Place
-from squirrel_mcp.book.memories import LogDivergedError, MemoryStore
+from squirrel_mcp.book.errors import LogDivergedError
+from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.book.snapshot import FORMAT, PURPOSE, STALE_RECORDS, _ad
 from squirrel_mcp.core.models import Revision
 from squirrel_mcp.keys import crypto
@@ -176,7 +177,9 @@ def state(store: MemoryStore) -> dict[str, object]:
         "unreadable": store.unreadable_ids(),
         "older": store.older_revision_ids(),
         "above": {revision.id: store.unreadable_above(revision.id) for revision in current},
-        "indexed": sorted((memory_id, store.live(memory_id) is not None) for memory_id in store._histories),
+        "indexed": sorted(
+            (memory_id, store.live(memory_id) is not None) for memory_id in store._view.histories
+        ),
         "pages": pages,
         "searches": searches,
         "fields set": {revision.id: sorted(revision.model_fields_set) for revision in current},

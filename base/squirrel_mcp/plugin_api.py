@@ -26,7 +26,7 @@ written against this module keeps working.
 
 from __future__ import annotations
 
-from squirrel_mcp.book.memories import MemoryReader
+from squirrel_mcp.book.reader import MemoryReader
 from squirrel_mcp.core.config import Config
 from squirrel_mcp.core.models import Revision
 from squirrel_mcp.plugins.checks import Check

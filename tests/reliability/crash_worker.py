@@ -30,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from squirrel_mcp.book.memories import MemoryReader, MemoryStore
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.book.reader import MemoryReader
 from squirrel_mcp.core.models import Revision
 from squirrel_mcp.search.ranking import RankOptions
 from squirrel_mcp.storage.local import LocalVault

@@ -110,7 +110,7 @@ async def test_two_servers_interleave_1000_writes(cheap_vault_env: dict[str, str
 
     store = open_vault(Path(cheap_vault_env["SQUIRREL_VAULT"]))
     try:
-        stored = store._storage.changes_since(0)[0]
+        stored = store._log.storage.changes_since(0)[0]
         lost = gaps = 0
         for memory_id in {memory_id for memory_id, _ in shared.acked}:
             numbers = [revision.revision for revision in store.history(memory_id)]
@@ -122,7 +122,7 @@ async def test_two_servers_interleave_1000_writes(cheap_vault_env: dict[str, str
                 if mid == memory_id and held.get(number) != text
             )
     finally:
-        store._storage.close()
+        store._log.storage.close()
     total_writes = sum(writes.values())
     record(
         "concurrency",

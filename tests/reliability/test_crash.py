@@ -43,7 +43,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from squirrel_mcp.book.memories import MemoryOperationError, MemoryReader, MemoryStore
+from squirrel_mcp.book.errors import MemoryOperationError
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.book.reader import MemoryReader
 from squirrel_mcp.core.files import STALE_TEMP_SECONDS, TEMP_MARKER, atomic_write
 from squirrel_mcp.core.models import Revision
 from squirrel_mcp_embeddings import vectors
@@ -121,11 +123,11 @@ def unreadable_records(path: Path) -> int:
     """Records in the vault that do not decrypt, counted on a fresh open (half-written ones would)."""
     store = open_vault(path)
     try:
-        stored = len(store._storage.changes_since(0)[0])
+        stored = len(store._log.storage.changes_since(0)[0])
         readable = sum(len(history) for history in store.all_revisions())
         return stored - readable
     finally:
-        store._storage.close()
+        store._log.storage.close()
 
 
 def integrity_ok(path: Path) -> bool:
@@ -282,7 +284,7 @@ def test_kill_the_server_while_it_writes(tmp_path: Path, vault_env: dict[str, st
             # What the driver believes live or deleted must be what the vault says, for the next run.
             state = {m.id: m.deleted for m in store.current(include_deleted=True)}
         finally:
-            store._storage.close()
+            store._log.storage.close()
         live[:] = [i for i, gone in state.items() if not gone]
         dead[:] = [i for i, gone in state.items() if gone]
     unreadable = unreadable_records(vault)
@@ -605,7 +607,7 @@ def test_kill_the_server_while_the_real_plugin_keeps_vectors(
             for memory, vector in zip(present, expected, strict=True):
                 bad += not np.allclose(table.vector(memory.id), vector, atol=1e-4)
         finally:
-            store._storage.close()
+            store._log.storage.close()
     record(
         "crash-plugin",
         runs=runs,

@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from squirrel_mcp.book.memories import MemoryReader, MemoryStore
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.book.reader import MemoryReader
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp_embeddings import vectors
 from tests.conftest import (
@@ -158,7 +159,7 @@ async def test_a_whole_session_leaks_nothing_and_writes_owner_only_files(tmp_pat
     try:
         store = MemoryStore.unlock(opened, PASSPHRASE)
         # The test reads the key to look for it; nothing else may.
-        data_key = store._key
+        data_key = store._log._key
         vector_key = MemoryReader(store).derive_key(vectors.KEY_PURPOSE)
     finally:
         opened.close()

@@ -84,7 +84,7 @@ def seed_vault(path: Path, rng: random.Random, words: list[str]) -> list[str]:
     store = open_vault(path)
     try:
         # Only the seeding connection: no fsync per save (a crash here only loses test data).
-        store._storage._db.execute("PRAGMA synchronous = OFF")  # type: ignore[attr-defined]
+        store._log.storage._db.execute("PRAGMA synchronous = OFF")  # type: ignore[attr-defined]
         categories = list(HALF_LIFE_DAYS)
         return [
             store.save(
@@ -97,7 +97,7 @@ def seed_vault(path: Path, rng: random.Random, words: list[str]) -> list[str]:
             for _ in range(MEMORIES)
         ]
     finally:
-        store._storage.close()
+        store._log.storage.close()
 
 
 async def one_call(

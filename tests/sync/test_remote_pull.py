@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from squirrel_mcp.book.memories import ConflictError, MemoryStore
+from squirrel_mcp.book.errors import ConflictError
+from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage import Account, SealedRecord
 from squirrel_mcp.storage.local import LocalVault

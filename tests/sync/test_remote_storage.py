@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import requests
 
-from squirrel_mcp.book.memories import ConflictError, MemoryStore
+from squirrel_mcp.book.errors import ConflictError
+from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, StorageError, remote
 from squirrel_mcp.storage.remote import RemoteStorage, WatchedAdapter
@@ -183,7 +184,7 @@ def test_the_data_key_never_leaves_wrapped(sync_server: SyncServer) -> None:
     storage, adapter = recording_storage(sync_server)
     store = MemoryStore.create(storage, PASSPHRASE, kdf=CHEAP_KDF)
     sent = adapter.bodies()
-    key = store._key  # the one place a test reads it: to show it is not on the wire
+    key = store._log._key  # the one place a test reads it: to show it is not on the wire
     for form in (key, key.hex().encode(), base64.b64encode(key)):
         assert form not in sent
 

@@ -88,23 +88,31 @@ class State:
     index: IndexImage
 
 
+# The memory book's modules that decide what the store keeps of the records it opens (which
+# revisions, in what order, how they are opened), beside this one. Read by path, not imported:
+# they import this module.
+STORE_MODULES = ("memories.py", "view.py", "log.py")
+
+
 @functools.cache
 def code_version() -> str | None:
     """What a snapshot's state depends on besides the records: this code, and the Python running it.
 
-    Revisions are as `models` validated them and the store (`memories`) kept them;
-    the index is as `index` and `text` built it, with this Python's Unicode tables.
-    Other code (an upgrade, or a change in a checkout) could make another state of
-    the same records, so a snapshot records this (SHA-256 of those modules' source
-    and the Python version) and one written by other code is not used. None when a
-    module's source cannot be read (then no snapshot is used or written).
+    Revisions are as `models` validated them and the store (`memories`, `view`,
+    `log`) kept them; the index is as `index` and `text` built it, with this
+    Python's Unicode tables. Other code (an upgrade, or a change in a checkout)
+    could make another state of the same records, so a snapshot records this
+    (SHA-256 of those modules' source and the Python version) and one written by
+    other code is not used. None when a module's source cannot be read (then no
+    snapshot is used or written).
     """
-    from squirrel_mcp.book import memories
-
+    here = Path(__file__)
+    sources = [Path(str(module.__file__)) for module in (crypto, index, models, stopwords, tokens)]
+    sources += [here.with_name(name) for name in STORE_MODULES] + [here]
     digest = hashlib.sha256(sys.version.encode())
-    for module in (crypto, index, memories, models, stopwords, tokens, sys.modules[__name__]):
+    for source in sources:
         try:
-            digest.update(Path(str(module.__file__)).read_bytes())
+            digest.update(source.read_bytes())
         except OSError:
             return None
     return digest.hexdigest()

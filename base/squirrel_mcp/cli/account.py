@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from squirrel_mcp.book import rekey
-from squirrel_mcp.book.memories import MemoryStore, NoAccountError
+from squirrel_mcp.book.errors import NoAccountError
+from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.cli.unlock import (
     UserError,
     ask_new_passphrase,

@@ -11,16 +11,9 @@ import sys
 from pathlib import Path
 
 from squirrel_mcp.book import server_memory
-from squirrel_mcp.book.transfer import (
-    export_json,
-    import_export,
-    parse_export,
-)
+from squirrel_mcp.book.transfer import export_json, import_export, parse_export
 from squirrel_mcp.cli.progress import ProgressBar
-from squirrel_mcp.cli.unlock import (
-    UserError,
-    open_store,
-)
+from squirrel_mcp.cli.unlock import UserError, open_store
 from squirrel_mcp.core.config import Config
 from squirrel_mcp.core.files import atomic_write
 from squirrel_mcp.core.lines import log_line

@@ -22,7 +22,9 @@ from pathlib import Path
 import pluggy
 
 from squirrel_mcp.book.checkpoint import ACCEPT_COMMAND, records
-from squirrel_mcp.book.memories import MemoryReader, MemoryStore, NoAccountError
+from squirrel_mcp.book.errors import NoAccountError
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.book.reader import MemoryReader
 from squirrel_mcp.cli.account import server_command
 from squirrel_mcp.cli.unlock import USER_ERRORS, location, open_storage, open_store
 from squirrel_mcp.core.config import Config, ConfigError

@@ -37,9 +37,7 @@ from squirrel_mcp.cli import browse, doctor
 from squirrel_mcp.cli.account import cmd_init, cmd_passphrase
 from squirrel_mcp.cli.backup import cmd_export, cmd_import, cmd_import_server_memory
 from squirrel_mcp.cli.serve import cmd_browse, cmd_serve, cmd_ui
-from squirrel_mcp.cli.unlock import (
-    error_line,
-)
+from squirrel_mcp.cli.unlock import error_line
 from squirrel_mcp.core.config import Config
 from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.plugins.manager import get_plugin_manager, load_plugins, register_commands

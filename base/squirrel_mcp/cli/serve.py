@@ -16,12 +16,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 from squirrel_mcp.cli import browse
-from squirrel_mcp.cli.unlock import (
-    UserError,
-    error_line,
-    location,
-    open_store,
-)
+from squirrel_mcp.cli.unlock import UserError, error_line, location, open_store
 from squirrel_mcp.core.config import Config
 from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager, load_plugins

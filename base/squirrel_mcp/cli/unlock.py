@@ -18,11 +18,9 @@ from pydantic import ValidationError
 
 from squirrel_mcp.book import rekey
 from squirrel_mcp.book.checkpoint import Place
-from squirrel_mcp.book.memories import LogDivergedError, MemoryStore, NoAccountError
-from squirrel_mcp.book.transfer import (
-    ImportFileError,
-    field_locations,
-)
+from squirrel_mcp.book.errors import LogDivergedError, NoAccountError
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.book.transfer import ImportFileError, field_locations
 from squirrel_mcp.core.config import APP_NAME, Config, ConfigError, check_api_base_url
 from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.keys.crypto import KdfParams, WrongPassphraseError

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import pluggy
 
-from squirrel_mcp.book.memories import MemoryReader
+from squirrel_mcp.book.reader import MemoryReader
 from squirrel_mcp.core.config import Config
 from squirrel_mcp.core.models import Revision
 from squirrel_mcp.plugins.checks import Check

@@ -33,7 +33,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import pluggy
 
-from squirrel_mcp.book.memories import MemoryReader, MemoryStore
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.book.reader import MemoryReader
 from squirrel_mcp.core.config import Config
 from squirrel_mcp.core.lines import log_line, notice_line
 from squirrel_mcp.core.models import Revision

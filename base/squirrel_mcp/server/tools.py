@@ -27,7 +27,8 @@ from pydantic import Field, JsonValue
 from pydantic.json_schema import SkipJsonSchema
 
 from squirrel_mcp.book.catalog import Filters
-from squirrel_mcp.book.memories import MemoryOperationError, MemoryStore
+from squirrel_mcp.book.errors import MemoryOperationError
+from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.core.models import (
     HALF_LIFE_DAYS,
     Category,

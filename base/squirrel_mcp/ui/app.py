@@ -26,13 +26,8 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 
 from squirrel_mcp.book.catalog import Filters
-from squirrel_mcp.book.memories import (
-    ConflictError,
-    LogDivergedError,
-    MemoryOperationError,
-    MemoryStore,
-    UnknownMemoryError,
-)
+from squirrel_mcp.book.errors import ConflictError, LogDivergedError, MemoryOperationError, UnknownMemoryError
+from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.book.transfer import export_json
 from squirrel_mcp.core.models import HALF_LIFE_DAYS, Revision
 from squirrel_mcp.plugins.manager import PluginHost
