@@ -2,7 +2,8 @@
 
     nox -s tests   ruff, mypy, every test and every gate (what .ci/run and the README run); the sync
                    server's tests get a throwaway PostgreSQL from .ci/postgres
-    nox -s lint    ruff, ruff format --check, mypy: the quick check before a commit
+    nox -s lint    ruff, ruff format --check, mypy, the import contract of the layers (lint-imports):
+                   the quick check before a commit
     nox -s unit    the tests that run in one interpreter: no model, no process, no PostgreSQL;
                    arguments go to pytest (`nox -s unit -- -k search`)
     nox -s recall  the recall gate: lexical vs hybrid on the recall corpus; docs/recall.md
@@ -129,10 +130,12 @@ def tests(session: nox.Session) -> None:
 
 
 def run_lint(session: nox.Session) -> None:
-    """Ruff's rules and format, and mypy strict on both packages."""
+    """Ruff's rules and format, mypy strict on both packages, and the layers' import contract."""
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
+    # [tool.importlinter] in pyproject.toml, over this checkout's sources (not an installed copy).
+    session.run("lint-imports", env={"PYTHONPATH": "base:embeddings_plugin"})
 
 
 @nox.session(python=PYTHON, reuse_venv=True)
