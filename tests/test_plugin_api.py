@@ -1,7 +1,7 @@
 """The public plugin API: one module holds everything a plugin imports of squirrel-mcp.
 
-The example ranker, the built-in lexical ranker and the embeddings plugin's hooks
-import squirrel-mcp only through `squirrel_mcp.plugin_api`; docs/plugins.md shows
+The example ranker, the built-in lexical ranker and every module of the embeddings
+plugin import squirrel-mcp only through `squirrel_mcp.plugin_api`; docs/plugins.md shows
 only that module, and every squirrel-mcp type it or a hook's signature names is
 exported there.
 """
@@ -38,6 +38,8 @@ PLUGINS = [
     ROOT / "base" / "squirrel_mcp" / "default_plugins" / "lexical.py",
     ROOT / "embeddings_plugin" / "squirrel_mcp_embeddings" / "plugin.py",
 ]
+# Every module of the embeddings plugin: what it imports of squirrel-mcp is the API module, if anything.
+EMBEDDINGS = sorted((ROOT / "embeddings_plugin" / "squirrel_mcp_embeddings").rglob("*.py"))
 # The modules the API gathers from: a public name of theirs that the docs mention must be exported.
 SOURCES = [
     config,
@@ -78,6 +80,16 @@ def test_plugins_import_only_the_api_module(path: Path) -> None:
     imported = squirrel_imports(path.read_text(encoding="utf-8"))
     assert API in imported
     assert [module for module in imported if module != API] == []
+
+
+@pytest.mark.parametrize("path", EMBEDDINGS, ids=lambda path: path.name)
+def test_every_module_of_the_embeddings_plugin_imports_only_the_api_module(path: Path) -> None:
+    assert [module for module in squirrel_imports(path.read_text(encoding="utf-8")) if module != API] == []
+
+
+def test_every_module_of_the_embeddings_plugin_is_scanned() -> None:
+    names = {path.name for path in EMBEDDINGS}
+    assert {"__init__.py", "plugin.py", "vectors.py", "diagnose.py", "doctor.py"} <= names
 
 
 def test_the_import_scan_sees_every_form() -> None:

@@ -7,6 +7,6 @@ loader that embeds text with it (embedder.py), the encrypted vector file
 squirrel-mcp's hooks (plugin.py, entry point `embeddings`).
 """
 
-from squirrel_mcp import __version__
+from squirrel_mcp.plugin_api import __version__
 
 __all__ = ["__version__"]

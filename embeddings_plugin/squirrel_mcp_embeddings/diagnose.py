@@ -37,13 +37,20 @@ from pathlib import Path
 from types import FrameType
 from typing import NoReturn
 
-from squirrel_mcp.book.memories import MemoryStore
-from squirrel_mcp.cli.unlock import USER_ERRORS, UserError, open_store
-from squirrel_mcp.plugin_api import Config, Revision
-from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager
-from squirrel_mcp.server.results import SearchResult
-from squirrel_mcp.server.searching import MAX_SEARCH_LIMIT, run_search
-from squirrel_mcp.text.tokens import fold
+from squirrel_mcp.plugin_api import (
+    MAX_SEARCH_LIMIT,
+    USER_ERRORS,
+    Config,
+    MemoryStore,
+    PluginHost,
+    Revision,
+    SearchResult,
+    UserError,
+    fold,
+    get_plugin_manager,
+    open_store,
+    run_search,
+)
 from squirrel_mcp_embeddings import plugin, vectors
 
 PROG = "squirrel-mcp-diagnose"
