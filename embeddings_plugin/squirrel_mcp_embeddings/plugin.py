@@ -4,21 +4,19 @@ Registered as the entry point `embeddings` of the group `squirrel_mcp`: `plugin`
 one EmbeddingsPlugin. Its hooks are hooks.py's (`startup`, `memories_changed`,
 `rank_memories`, `shutdown`, `doctor_checks`: the model, the vectors and warmup.py's
 warm-up, ranker.py's ranking) and `register_commands`, which adds `squirrel-mcp diagnose`.
+
+The command's help and arguments are command.py's; diagnose.py, which runs it, is
+imported only then. diagnose.py starts hooks.py's hooks and never imports this
+module, so no import goes round in a circle.
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from squirrel_mcp.plugin_api import Progress, age_days, hookimpl
-from squirrel_mcp_embeddings.hooks import (
-    ENABLED_VARIABLE,
-    OFF,
-    RUNTIME_THREADS,
-    EmbeddingsHooks,
-    manifest_sha256,
-)
+from squirrel_mcp_embeddings.command import DIAGNOSE_HELP, add_diagnose_arguments
+from squirrel_mcp_embeddings.hooks import OFF, RUNTIME_THREADS, EmbeddingsHooks, manifest_sha256
 from squirrel_mcp_embeddings.ranker import LOCK_WAIT, Hybrid, _duration
 from squirrel_mcp_embeddings.warmup import (
     REBUILT,
@@ -30,11 +28,10 @@ from squirrel_mcp_embeddings.warmup import (
     recipe,
 )
 
-# The entry point's own names, and what the tests, the benchmarks and the diagnostic read as
-# `plugin.NAME` from before the code moved to hooks.py, warmup.py and ranker.py (the same objects).
+# The entry point's own names, and what the tests and the benchmarks read as `plugin.NAME` from
+# before the code moved to command.py, hooks.py, warmup.py and ranker.py (the same objects).
 __all__ = [
     "DIAGNOSE_HELP",
-    "ENABLED_VARIABLE",
     "LOCK_WAIT",
     "OFF",
     "REBUILT",
@@ -66,17 +63,6 @@ class EmbeddingsPlugin(EmbeddingsHooks):
         command = commands.add_parser("diagnose", help=DIAGNOSE_HELP, description=DIAGNOSE_HELP)
         add_diagnose_arguments(command)
         command.set_defaults(run=run_diagnose)
-
-
-DIAGNOSE_HELP = (
-    "For queries you choose, where the memory you expected ranks "
-    "(prints ids, ranks and scores only, never memory text)."
-)
-
-
-def add_diagnose_arguments(parser: argparse.ArgumentParser) -> None:
-    """The diagnostic's arguments, on `squirrel-mcp diagnose` and on `squirrel-mcp-diagnose`."""
-    parser.add_argument("queries", type=Path, help='a JSON list of {"query": ..., "expect": ...}')
 
 
 def run_diagnose(args: argparse.Namespace) -> int:
