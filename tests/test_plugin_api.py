@@ -1,7 +1,7 @@
 """The public plugin API: one module holds everything a plugin imports of squirrel-mcp.
 
-The example ranker, the built-in lexical ranker and the embeddings plugin's hooks
-import squirrel-mcp only through `squirrel_mcp.plugin_api`; docs/plugins.md shows
+The example ranker, the built-in lexical ranker and every module of the embeddings
+plugin import squirrel-mcp only through `squirrel_mcp.plugin_api`; docs/plugins.md shows
 only that module, and every squirrel-mcp type it or a hook's signature names is
 exported there.
 """
@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+import subprocess
+import sys
 import typing
 from pathlib import Path
 
@@ -18,10 +20,14 @@ import pytest
 
 from squirrel_mcp import plugin_api
 from squirrel_mcp.book import memories, reader
-from squirrel_mcp.core import config, models
+from squirrel_mcp.cli import unlock
+from squirrel_mcp.core import config, files, models
+from squirrel_mcp.keys import crypto
 from squirrel_mcp.plugins import checks, hookspecs
 from squirrel_mcp.plugins import manager as plugins
 from squirrel_mcp.search import bm25, ranking
+from squirrel_mcp.server import results, searching
+from squirrel_mcp.text import tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "plugins.md"
@@ -32,8 +38,25 @@ PLUGINS = [
     ROOT / "base" / "squirrel_mcp" / "default_plugins" / "lexical.py",
     ROOT / "embeddings_plugin" / "squirrel_mcp_embeddings" / "plugin.py",
 ]
+# Every module of the embeddings plugin: what it imports of squirrel-mcp is the API module, if anything.
+EMBEDDINGS = sorted((ROOT / "embeddings_plugin" / "squirrel_mcp_embeddings").rglob("*.py"))
 # The modules the API gathers from: a public name of theirs that the docs mention must be exported.
-SOURCES = [config, hookspecs, memories, models, plugins, ranking, reader, bm25]
+SOURCES = [
+    config,
+    hookspecs,
+    memories,
+    reader,
+    models,
+    plugins,
+    ranking,
+    bm25,
+    crypto,
+    files,
+    unlock,
+    searching,
+    results,
+    tokens,
+]
 
 
 def squirrel_imports(source: str) -> list[str]:
@@ -58,6 +81,16 @@ def test_plugins_import_only_the_api_module(path: Path) -> None:
     imported = squirrel_imports(path.read_text(encoding="utf-8"))
     assert API in imported
     assert [module for module in imported if module != API] == []
+
+
+@pytest.mark.parametrize("path", EMBEDDINGS, ids=lambda path: path.name)
+def test_every_module_of_the_embeddings_plugin_imports_only_the_api_module(path: Path) -> None:
+    assert [module for module in squirrel_imports(path.read_text(encoding="utf-8")) if module != API] == []
+
+
+def test_every_module_of_the_embeddings_plugin_is_scanned() -> None:
+    names = {path.name for path in EMBEDDINGS}
+    assert {"__init__.py", "plugin.py", "vectors.py", "diagnose.py", "doctor.py"} <= names
 
 
 def test_the_import_scan_sees_every_form() -> None:
@@ -108,10 +141,25 @@ def test_every_squirrel_name_the_docs_mention_is_exported() -> None:
     hooks = {spec.__name__ for spec in hook_specs()}
     # The machinery that runs plugins, which the docs name but a plugin never imports.
     host_side = {"load_plugins"}
-    assert sorted((mentioned & public) - hooks - host_side - set(plugin_api.__all__)) == []
+    # Methods the docs name (`memories.derive_key(purpose)`) that share a function's name in SOURCES.
+    methods = {"derive_key"}
+    assert sorted((mentioned & public) - hooks - host_side - methods - set(plugin_api.__all__)) == []
     assert {"Candidate", "RankOptions", "Ranking", "RankedHit", "Config", "MemoryReader", "hookimpl"} <= (
         mentioned & set(plugin_api.__all__)
     )
+
+
+def test_every_exported_name_is_documented() -> None:
+    """docs/plugins.md names, and the API module's docstring says what for, every exported name."""
+    text = DOCS.read_text(encoding="utf-8")
+    documented = {word for span in re.findall(r"`([^`\n]+)`", text) for word in re.findall(r"\w+", span)}
+    assert sorted(set(plugin_api.__all__) - documented) == []
+    described = {
+        word
+        for span in re.findall(r"`([^`]+)`", plugin_api.__doc__ or "")
+        for word in re.findall(r"\w+", span)
+    }
+    assert sorted(set(plugin_api.__all__) - described) == []
 
 
 def hook_specs() -> list[typing.Callable[..., object]]:
@@ -142,3 +190,14 @@ def test_every_exported_name_exists() -> None:
     for name in plugin_api.__all__:
         assert getattr(plugin_api, name) is not None
     assert plugin_api.hookimpl is hookspecs.hookimpl
+
+
+def test_the_api_module_is_cheap_to_import() -> None:
+    """Importing it loads neither the MCP SDK nor the server's tools nor the command line's parser."""
+    heavy = ["squirrel_mcp.server.app", "squirrel_mcp.server.tools", "squirrel_mcp.cli.main"]
+    probe = (
+        "import sys, squirrel_mcp.plugin_api\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] == 'mcp' or m in {heavy!r}))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]"

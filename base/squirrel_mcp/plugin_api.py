@@ -19,6 +19,19 @@ but this module, the way an llm or datasette plugin needs only `llm.hookimpl` or
 - For a plugin's tests: `get_plugin_manager` (the hook specs and the built-in
   ranker, nothing installed) and `PluginHost`, which calls the hooks as the server
   does and checks a ranker's answer by the same rules.
+- `__version__`: squirrel-mcp's version (a plugin released with it reports the same).
+- For a file a plugin keeps encrypted under its `derive_key` key: `seal_in_place`
+  and `open_in_place` (AES-256-GCM inside one buffer: `SEALED_PREFIX` bytes of room
+  before the plaintext, `TAG_BYTES` after; `DecryptionError` when the key, the
+  associated data or a byte is wrong), and `atomic_write`, which replaces a file
+  whole or not at all.
+- For a plugin's own command that searches as `search_memory` does (the embeddings
+  plugin's `squirrel-mcp diagnose`): `open_store` unlocks the account as the
+  commands do and returns a `MemoryStore` (`MemoryReader`'s writable store);
+  `UserError` and the rest of `USER_ERRORS` are the errors to print as one line;
+  `run_search` is the function behind `search_memory` (at most `MAX_SEARCH_LIMIT`
+  results), answering a `SearchResult`; `fold` folds case and Latin accents as
+  the word search does.
 
 Names here only ever gain fields and arguments, like the hooks, so a plugin
 written against this module keeps working.
@@ -26,9 +39,14 @@ written against this module keeps working.
 
 from __future__ import annotations
 
+from squirrel_mcp import __version__
+from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.book.reader import MemoryReader
+from squirrel_mcp.cli.unlock import USER_ERRORS, UserError, open_store
 from squirrel_mcp.core.config import Config
+from squirrel_mcp.core.files import atomic_write
 from squirrel_mcp.core.models import Revision
+from squirrel_mcp.keys.crypto import SEALED_PREFIX, TAG_BYTES, DecryptionError, open_in_place, seal_in_place
 from squirrel_mcp.plugins.checks import Check
 from squirrel_mcp.plugins.hookspecs import hookimpl
 from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager
@@ -43,14 +61,23 @@ from squirrel_mcp.search.ranking import (
     RankingLabel,
     RankOptions,
 )
+from squirrel_mcp.server.results import SearchResult
+from squirrel_mcp.server.searching import MAX_SEARCH_LIMIT, run_search
+from squirrel_mcp.text.tokens import fold
 
 __all__ = [
     "MAX_NEAR_MISSES",
     "MAX_NOTE_CHARS",
+    "MAX_SEARCH_LIMIT",
+    "SEALED_PREFIX",
+    "TAG_BYTES",
+    "USER_ERRORS",
     "Candidate",
     "Check",
     "Config",
+    "DecryptionError",
     "MemoryReader",
+    "MemoryStore",
     "PluginHost",
     "Progress",
     "RankOptions",
@@ -58,8 +85,17 @@ __all__ = [
     "Ranking",
     "RankingLabel",
     "Revision",
+    "SearchResult",
+    "UserError",
+    "__version__",
     "age_days",
+    "atomic_write",
     "decay",
+    "fold",
     "get_plugin_manager",
     "hookimpl",
+    "open_in_place",
+    "open_store",
+    "run_search",
+    "seal_in_place",
 ]

@@ -37,14 +37,21 @@ from pathlib import Path
 from types import FrameType
 from typing import NoReturn
 
-from squirrel_mcp.book.memories import MemoryStore
-from squirrel_mcp.cli.unlock import USER_ERRORS, UserError, open_store
-from squirrel_mcp.plugin_api import Config, Revision
-from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager
-from squirrel_mcp.server.results import SearchResult
-from squirrel_mcp.server.searching import MAX_SEARCH_LIMIT, run_search
-from squirrel_mcp.text.tokens import fold
-from squirrel_mcp_embeddings import plugin, vectors
+from squirrel_mcp.plugin_api import (
+    MAX_SEARCH_LIMIT,
+    USER_ERRORS,
+    Config,
+    MemoryStore,
+    PluginHost,
+    Revision,
+    SearchResult,
+    UserError,
+    fold,
+    get_plugin_manager,
+    open_store,
+    run_search,
+)
+from squirrel_mcp_embeddings import command, hooks, ranker, vectors
 
 PROG = "squirrel-mcp-diagnose"
 START_TIMEOUT = 300.0
@@ -144,7 +151,7 @@ def describe(placing: Placing, result: SearchResult, floor: float, count: int) -
 
 
 def diagnose(
-    store: MemoryStore, host: PluginHost, hybrid: plugin.Hybrid, questions: Sequence[Question]
+    store: MemoryStore, host: PluginHost, hybrid: ranker.Hybrid, questions: Sequence[Question]
 ) -> None:
     """Answer each question and print where its expected memories came."""
     memories = store.current()
@@ -209,24 +216,24 @@ def main(argv: list[str] | None = None) -> NoReturn:
 
 def run(argv: list[str] | None = None) -> int:
     """Diagnose the queries file named in `argv`; the exit code (130 when interrupted)."""
-    parser = argparse.ArgumentParser(prog=PROG, description=plugin.DIAGNOSE_HELP)
-    plugin.add_diagnose_arguments(parser)
+    parser = argparse.ArgumentParser(prog=PROG, description=command.DIAGNOSE_HELP)
+    command.add_diagnose_arguments(parser)
     args = parser.parse_args(argv)
     # SIGTERM cleans up like Ctrl-C: the temporary vectors must not outlive the run.
     signal.signal(signal.SIGTERM, _interrupted)
     scratch = Path(tempfile.mkdtemp(prefix="squirrel-diagnose-"))
     host: PluginHost | None = None
-    embeddings: plugin.EmbeddingsPlugin | None = None
+    embeddings: hooks.EmbeddingsHooks | None = None
     try:
         questions = read_questions(args.queries)
-        if os.environ.get(plugin.ENABLED_VARIABLE, "").strip() == "0":
-            raise UserError(f"{plugin.ENABLED_VARIABLE}=0 turns embeddings off; unset it to diagnose")
+        if os.environ.get(hooks.ENABLED_VARIABLE, "").strip() == "0":
+            raise UserError(f"{hooks.ENABLED_VARIABLE}=0 turns embeddings off; unset it to diagnose")
         # The plugin keeps its vectors under the cache directory: here, the scratch one.
         os.environ[vectors.CACHE_DIR_VARIABLE] = str(scratch)
         config = with_api_key(Config.from_env())
         store = open_store(config, create=False)
         pm = get_plugin_manager()
-        embeddings = plugin.EmbeddingsPlugin()
+        embeddings = hooks.EmbeddingsHooks()
         pm.register(embeddings, name="embeddings")
         host = PluginHost(pm, notice=lambda line: print(line, file=sys.stderr))
         host.start(config, store)

@@ -32,8 +32,14 @@ import numpy as np
 import numpy.typing as npt
 import platformdirs
 
-from squirrel_mcp.core.files import atomic_write
-from squirrel_mcp.keys import crypto
+from squirrel_mcp.plugin_api import (
+    SEALED_PREFIX,
+    TAG_BYTES,
+    DecryptionError,
+    atomic_write,
+    open_in_place,
+    seal_in_place,
+)
 
 CACHE_DIR_VARIABLE = "SQUIRREL_MEMORY_CACHE_DIR"
 MAGIC = b"SQMV"
@@ -202,11 +208,11 @@ class VectorTable:
             separators=(",", ":"),
         ).encode()
         rows = self.matrix()
-        at = len(HEADER) + crypto.SEALED_PREFIX
+        at = len(HEADER) + SEALED_PREFIX
         # Spaces after the JSON (still valid JSON) so the rows start at a multiple of 4 in the
         # file: a reader can then use them where they were decrypted, without a copy.
         meta += b" " * (-(at + 4 + len(meta)) % 4)
-        buffer = bytearray(at + 4 + len(meta) + rows.nbytes + crypto.TAG_BYTES)
+        buffer = bytearray(at + 4 + len(meta) + rows.nbytes + TAG_BYTES)
         buffer[: len(HEADER)] = HEADER
         buffer[at : at + 4 + len(meta)] = struct.pack(">I", len(meta)) + meta
         at += 4 + len(meta)
@@ -216,7 +222,7 @@ class VectorTable:
     def to_bytes(self, key: bytes, account_id: str, stamp: Stamp) -> bytearray:
         """The sealed file content for these vectors."""
         buffer = self.plaintext(stamp)
-        crypto.seal_in_place(key, memoryview(buffer)[len(HEADER) :], HEADER + account_id.encode())
+        seal_in_place(key, memoryview(buffer)[len(HEADER) :], HEADER + account_id.encode())
         return buffer
 
     @classmethod
@@ -231,8 +237,8 @@ class VectorTable:
             raise VectorFileError("not a vector file of this format")
         blob = memoryview(data if isinstance(data, bytearray) else bytearray(data))[len(HEADER) :]
         try:
-            body = crypto.open_in_place(key, blob, HEADER + account_id.encode())
-        except crypto.DecryptionError as error:
+            body = open_in_place(key, blob, HEADER + account_id.encode())
+        except DecryptionError as error:
             raise VectorFileError("the vector file failed its integrity check") from error
         try:
             (length,) = struct.unpack(">I", body[:4])
@@ -272,5 +278,5 @@ def save(path: Path, table: VectorTable, key: bytes, account_id: str, stamp: Sta
 
 def seal_and_write(path: Path, plaintext: bytearray, key: bytes, account_id: str) -> None:
     """Seal a table's `plaintext` in place and replace the file at `path` with it (OSError if it cannot)."""
-    crypto.seal_in_place(key, memoryview(plaintext)[len(HEADER) :], HEADER + account_id.encode())
+    seal_in_place(key, memoryview(plaintext)[len(HEADER) :], HEADER + account_id.encode())
     atomic_write(path, plaintext)

@@ -36,7 +36,7 @@ from squirrel_mcp.core.models import Revision
 from squirrel_mcp.search.ranking import RankOptions
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp_embeddings import vectors
-from squirrel_mcp_embeddings.plugin import Hybrid
+from squirrel_mcp_embeddings.ranker import Hybrid
 
 MAX_STORE_OPS = 5_000
 MAX_VECTOR_ROUNDS = 500

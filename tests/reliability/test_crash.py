@@ -49,7 +49,7 @@ from squirrel_mcp.book.reader import MemoryReader
 from squirrel_mcp.core.files import STALE_TEMP_SECONDS, TEMP_MARKER, atomic_write
 from squirrel_mcp.core.models import Revision
 from squirrel_mcp_embeddings import vectors
-from squirrel_mcp_embeddings.plugin import recipe
+from squirrel_mcp_embeddings.warmup import recipe
 from tests.conftest import PASSPHRASE
 from tests.reliability.conftest import create_vault, open_vault
 from tests.reliability.crash_worker import STAMP, fake_vector
@@ -526,8 +526,9 @@ def test_kill_the_server_while_the_real_plugin_keeps_vectors(
 ) -> None:
     """The real server with the real embeddings plugin and model, killed while it saves and searches."""
     from squirrel_mcp_embeddings import embedder
+    from squirrel_mcp_embeddings.hooks import manifest_sha256
     from squirrel_mcp_embeddings.integrity import ModelNotLoaded
-    from squirrel_mcp_embeddings.plugin import RECIPE_VERSION, manifest_sha256
+    from squirrel_mcp_embeddings.warmup import RECIPE_VERSION
 
     try:
         model = embedder.load()

@@ -1,0 +1,172 @@
+"""The ranker: words and meaning fused over the vectors embedded so far, near misses, the warm-up's note.
+
+`Hybrid` is a warmup.WarmUp that also ranks. Each search embeds the query and answers
+at once with `fusion.fuse` over the lexical candidates and the memories found by
+meaning (a cosine at or above the model's floor, live, passing the filters), then up
+to MAX_NEAR_MISSES near misses below the floor when asked. While memories are still
+waiting for their vectors, their word matches go to the front of the warm-up's queue
+and the answer carries a note saying how far the warm-up is and about how long it
+still needs. A runtime failure answers None (lexical search) and says so once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from squirrel_mcp.plugin_api import (
+    MAX_NEAR_MISSES,
+    Candidate,
+    Progress,
+    RankedHit,
+    Ranking,
+    RankOptions,
+    age_days,
+    decay,
+)
+from squirrel_mcp_embeddings import fusion, vectors
+from squirrel_mcp_embeddings.warmup import WarmUp
+
+# Of a search's word matches still without a vector, this many are embedded next.
+URGENT = 64
+# A search that finds the vectors busy (another search ranking, the file being copied) waits this
+# long, then answers lexically: waiting longer could pass the host's 10 s bound on a ranker.
+LOCK_WAIT = 1.0
+
+
+def _duration(seconds: float) -> str:
+    """A rough duration for a person: "40 s", "3 min", "2 h"."""
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+class Hybrid(WarmUp):
+    """The fused ranker over one account's vectors, which WarmUp keeps and fills; thread-safe."""
+
+    def _note(self, progress: Progress) -> str:
+        """A search's note while the warm-up is not done: how far, about how long still. Under the lock."""
+        left = progress.total - progress.done
+        if self._warm_count:
+            seconds = left * self._warm_seconds / self._warm_count
+            when = f"about {_duration(seconds)} until all are"
+        else:
+            when = "how long until all are is not known yet"
+        return (
+            f"Search by meaning is warming up: {progress.done:,} of {progress.total:,} memories are "
+            f"searchable by meaning so far, the rest by their words only; {when}."
+        )
+
+    def _cosines(self, vector: vectors.Matrix) -> vectors.Matrix:
+        """Every row's cosine to `vector`: one matrix product over the contiguous rows. Under the lock."""
+        cosines: vectors.Matrix = np.clip(self.table.matrix() @ vector, -1.0, 1.0)
+        return cosines
+
+    def cosines(self, query: str) -> dict[str, float]:
+        """The query's cosine to every memory that has a current vector, by memory id."""
+        with self._lock:
+            vector = self._embedder.embed([query])[0]
+            values = self._cosines(vector)
+            return {memory_id: float(value) for memory_id, value in zip(self.table.ids, values, strict=True)}
+
+    # Ranking ------------------------------------------------------------------
+
+    def rank(
+        self, query: str, candidates: Sequence[Candidate], total: int, options: RankOptions
+    ) -> Ranking | None:
+        """The fused ranking over the vectors so far; None (lexical) after a runtime failure or a LOCK_WAIT.
+
+        Never embeds the backlog: while memories are still pending, their word matches are
+        ranked by words (no semanticScore), the first URGENT of them go to the front of the
+        warm-up's queue, and the answer carries a note and its progress.
+        """
+        if self.failed or not self._lock.acquire(timeout=LOCK_WAIT):
+            return None
+        try:
+            if self._closed:
+                return None
+            for candidate in candidates:
+                self._learn(candidate.memory)
+            waiting = [candidate.memory.id for candidate in candidates if candidate.memory.id in self.pending]
+            # Reversed, so the best word match ends up first in the queue.
+            self._queue.extendleft(reversed(waiting[:URGENT]))
+            try:
+                query_vector = self._embedder.embed([query])[0]
+            except Exception:
+                ranking = None
+            else:
+                ranking = self._fused(query_vector, candidates, total, options)
+                if self.pending:
+                    progress = Progress(len(self.live) - len(self.pending), len(self.live))
+                    ranking = dataclasses.replace(ranking, note=self._note(progress), progress=progress)
+        finally:
+            self._lock.release()
+        if ranking is None:
+            self._runtime_failed()
+        return ranking
+
+    def _fused(
+        self, query_vector: vectors.Matrix, candidates: Sequence[Candidate], total: int, options: RankOptions
+    ) -> Ranking:
+        ids = self.table.ids
+        cosines = self._cosines(query_vector)
+        lexical = {candidate.memory.id: candidate.lexical_score for candidate in candidates}
+        found: dict[str, float] = {}
+        for candidate in candidates:
+            at = self.table.row(candidate.memory.id)
+            if at is not None and self.table.revisions[at] == candidate.memory.revision:
+                found[candidate.memory.id] = float(cosines[at])
+        memories = {candidate.memory.id: candidate.memory for candidate in candidates}
+
+        def admissible(n: int) -> bool:
+            """A memory found by meaning only may be returned: live, current vector, passes the filters."""
+            memory_id = ids[n]
+            if memory_id in lexical:
+                return False
+            # Through the reader, as the server checks: a memory gone since must not be named.
+            memory = self._memories.get(memory_id)
+            if memory is None or memory.revision != self.table.revisions[n]:
+                return False
+            if options.filtered and not options.accepts(memory):
+                return False
+            memories[memory_id] = memory
+            return True
+
+        for n in np.flatnonzero(cosines >= self.floor):
+            if admissible(int(n)):
+                found[ids[n]] = float(cosines[n])
+        if options.near_misses:
+            wanted = 0
+            below = np.flatnonzero(cosines < self.floor)
+            for n in below[np.argsort(-cosines[below], kind="stable")]:
+                if wanted == MAX_NEAR_MISSES:
+                    break
+                if admissible(int(n)):
+                    found[ids[n]] = float(cosines[n])
+                    wanted += 1
+        decays = {
+            memory_id: decay(memory.category, age_days(memory, options.now))
+            for memory_id, memory in memories.items()
+        }
+        hits, members = fusion.fuse(
+            lexical,
+            found,
+            decays,
+            floor=self.floor,
+            span=self.span,
+            limit=options.limit,
+            near_misses=MAX_NEAR_MISSES if options.near_misses else 0,
+            order=[candidate.memory.id for candidate in candidates],
+        )
+        return Ranking(
+            hits=[
+                RankedHit(hit.memory_id, hit.score, hit.lexical_score, hit.semantic_score, hit.near_miss)
+                for hit in hits
+            ],
+            total=total + members - len(lexical),
+            ranking="hybrid",
+        )
