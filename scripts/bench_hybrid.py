@@ -36,7 +36,7 @@ from squirrel_mcp.core.models import Revision
 from squirrel_mcp.search import bm25
 from squirrel_mcp.search.index import SearchIndex
 from squirrel_mcp.search.ranking import RankOptions
-from squirrel_mcp_embeddings import embedder, plugin, vectors
+from squirrel_mcp_embeddings import embedder, hooks, ranker, vectors, warmup
 
 ROOT = Path(__file__).resolve().parent.parent
 RECALL = ROOT / "tests" / "recall"
@@ -105,11 +105,9 @@ def run_size(
     rows[len(base) :] += rng.normal(0, 0.013, rows[len(base) :].shape).astype(np.float32)
     rows /= np.linalg.norm(rows, axis=1, keepdims=True)
     manifest = model.manifest
-    stamp = vectors.Stamp(
-        manifest.model, plugin.manifest_sha256(), plugin.RECIPE_VERSION, manifest.dimensions
-    )
+    stamp = vectors.Stamp(manifest.model, hooks.manifest_sha256(), warmup.RECIPE_VERSION, manifest.dimensions)
     path = scratch / f"vectors-{n}.bin"
-    hybrid = plugin.Hybrid(
+    hybrid = ranker.Hybrid(
         model,
         Reader(memories),  # type: ignore[arg-type]
         print,
@@ -194,8 +192,8 @@ def report(rows: list[dict[str, float]], speed: dict[str, float], rss_model: flo
         "is the process's peak so far (Linux `ru_maxrss`), so the 10k row is the figure with the model "
         "loaded at 10,000 memories (index, vectors and model).",
         f"- Embedding memories (the warm-up's work): {per_memory:.2f} ms per memory in batches of "
-        f"{plugin.WARM_UP_BATCH}, measured on {speed['count']:,} recall-corpus memories with the "
-        f"plugin's runtime ({plugin.RUNTIME_THREADS} thread per inference); so 5,000 memories take about "
+        f"{warmup.WARM_UP_BATCH}, measured on {speed['count']:,} recall-corpus memories with the "
+        f"plugin's runtime ({hooks.RUNTIME_THREADS} thread per inference); so 5,000 memories take about "
         f"{5000 * per_memory / 1000:.0f} s. The warm-up runs "
         "in the background on one thread; its timeline is in docs/benchmarks/warmup.md.",
         "- A search is the server's two steps: `bm25.search` over every word match (an installed ranker "
@@ -222,15 +220,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args(argv)
-    model = embedder.load(threads=plugin.RUNTIME_THREADS)
+    model = embedder.load(threads=hooks.RUNTIME_THREADS)
     rss_model = peak_rss_mb()
     queries = [query["query"] for query in json.loads((RECALL / "queries.json").read_text(encoding="utf-8"))]
     corpus = corpus_memories(500)
-    texts = [plugin.recipe(memory) for memory in corpus]
+    texts = [warmup.recipe(memory) for memory in corpus]
     model.embed(texts[:32])
     began = time.perf_counter()
     base = np.concatenate(
-        [model.embed(texts[i : i + plugin.WARM_UP_BATCH]) for i in range(0, len(texts), plugin.WARM_UP_BATCH)]
+        [model.embed(texts[i : i + warmup.WARM_UP_BATCH]) for i in range(0, len(texts), warmup.WARM_UP_BATCH)]
     )
     speed = {"ms_per_memory": 1000 * (time.perf_counter() - began) / len(texts), "count": len(texts)}
     speed_report = {**speed, "model": model.manifest.model}

@@ -48,7 +48,7 @@ from squirrel_mcp.search import bm25
 from squirrel_mcp.search.index import SearchIndex
 from squirrel_mcp.search.ranking import RankOptions
 from squirrel_mcp.storage.local import LocalVault
-from squirrel_mcp_embeddings import embedder, integrity, plugin, vectors
+from squirrel_mcp_embeddings import embedder, hooks, integrity, ranker, vectors, warmup
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "docs" / "benchmarks" / "warmup.md"
@@ -58,7 +58,7 @@ CHEAP_KDF = crypto.KdfParams(salt=b"b" * crypto.SALT_BYTES, n=2**14)
 PAUSE = 0.25
 
 
-def search_once(index: SearchIndex, hybrid: plugin.Hybrid, query: str) -> tuple[float, int, str | None]:
+def search_once(index: SearchIndex, hybrid: ranker.Hybrid, query: str) -> tuple[float, int, str | None]:
     """One search as the server runs it: seconds, memories embedded at its answer, its ranking label."""
     began = time.perf_counter()
     outcome = bm25.search(index, query, bench_hybrid.NOW, limit=None)
@@ -74,10 +74,8 @@ def timeline(model: embedder.Embedder, n: int, queries: list[str], scratch: Path
     """The warm-up of n memories with searches meanwhile, then as many searches warm."""
     memories = bench_hybrid.corpus_memories(n)
     manifest = model.manifest
-    stamp = vectors.Stamp(
-        manifest.model, plugin.manifest_sha256(), plugin.RECIPE_VERSION, manifest.dimensions
-    )
-    hybrid = plugin.Hybrid(
+    stamp = vectors.Stamp(manifest.model, hooks.manifest_sha256(), warmup.RECIPE_VERSION, manifest.dimensions)
+    hybrid = ranker.Hybrid(
         model,
         bench_hybrid.Reader(memories),  # type: ignore[arg-type]
         print,
@@ -142,8 +140,8 @@ def bare_runtime(model: embedder.Embedder, texts: Sequence[str], threads: int | 
     )
     del files
     feeds = []
-    for start in range(0, len(texts), plugin.WARM_UP_BATCH):
-        encodings = model._tokenizer.encode_batch(list(texts[start : start + plugin.WARM_UP_BATCH]))
+    for start in range(0, len(texts), warmup.WARM_UP_BATCH):
+        encodings = model._tokenizer.encode_batch(list(texts[start : start + warmup.WARM_UP_BATCH]))
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
         feeds.append({"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
@@ -165,15 +163,13 @@ def seed(path: Path, n: int, model: embedder.Embedder, cache: Path) -> None:
     memories = bench_hybrid.corpus_memories(n)
     for memory in memories:
         store.import_history([memory])
-    base = model.embed([plugin.recipe(memory) for memory in memories[:500]])
+    base = model.embed([warmup.recipe(memory) for memory in memories[:500]])
     rows = np.resize(base, (n, base.shape[1])).astype(np.float32)
     rng = np.random.default_rng(bench_hybrid.SEED + n)
     rows[len(base) :] += rng.normal(0, 0.013, rows[len(base) :].shape).astype(np.float32)
     rows /= np.linalg.norm(rows, axis=1, keepdims=True)
     manifest = model.manifest
-    stamp = vectors.Stamp(
-        manifest.model, plugin.manifest_sha256(), plugin.RECIPE_VERSION, manifest.dimensions
-    )
+    stamp = vectors.Stamp(manifest.model, hooks.manifest_sha256(), warmup.RECIPE_VERSION, manifest.dimensions)
     table = vectors.VectorTable(manifest.dimensions)
     table.put_many(((m.id, m.revision) for m in memories), rows)
     reader = MemoryReader(store)
@@ -357,14 +353,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     queries = [
         q["query"] for q in json.loads((bench_hybrid.RECALL / "queries.json").read_text(encoding="utf-8"))
     ]
-    model = embedder.load(threads=plugin.RUNTIME_THREADS)
+    model = embedder.load(threads=hooks.RUNTIME_THREADS)
     with tempfile.TemporaryDirectory(prefix="squirrel-bench-warmup-") as scratch:
         result = timeline(model, args.memories, queries, Path(scratch))
         print(
             json.dumps({"warm_seconds": result["warm_seconds"], "searches": len(result["during"])}),
             flush=True,
         )
-        texts = [plugin.recipe(memory) for memory in result["memories"]]
+        texts = [warmup.recipe(memory) for memory in result["memories"]]
         bare_one = bare_runtime(model, texts, 1)
         bare_default = bare_runtime(model, texts, None)
         print(
@@ -379,8 +375,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "",
         "Written by `scripts/bench_warmup.py` (`nox -s bench`); each figure stands beside its anchor from "
         "the same run. Model: " + model.manifest.model + " (full precision, ONNX Runtime on the CPU, "
-        f"{plugin.RUNTIME_THREADS} thread per inference as the plugin starts it), batches of "
-        f"{plugin.WARM_UP_BATCH}.",
+        f"{hooks.RUNTIME_THREADS} thread per inference as the plugin starts it), batches of "
+        f"{warmup.WARM_UP_BATCH}.",
         "",
         *timeline_section(result, bare_one, bare_default),
         "",

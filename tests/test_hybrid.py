@@ -28,10 +28,11 @@ from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.book.reader import MemoryReader
 from squirrel_mcp.core.models import Revision
 from squirrel_mcp.keys import crypto
+from squirrel_mcp.plugin_api import Progress, age_days
 from squirrel_mcp.search.bm25 import decay
 from squirrel_mcp.search.ranking import Candidate, Ranking, RankOptions, check_ranking
 from squirrel_mcp.storage.local import LocalVault
-from squirrel_mcp_embeddings import fusion, plugin, vectors
+from squirrel_mcp_embeddings import fusion, ranker, vectors, warmup
 from squirrel_mcp_embeddings.fusion import EVERY_WORD, fuse, fused_score
 
 FLOOR, SPAN = 0.35, 0.05
@@ -175,12 +176,12 @@ def memory(
 
 
 def test_recipe_is_entity_text_tags_keywords() -> None:
-    assert plugin.recipe(memory("Is allergic to peanuts")) == "user: Is allergic to peanuts"
+    assert warmup.recipe(memory("Is allergic to peanuts")) == "user: Is allergic to peanuts"
     assert (
-        plugin.recipe(memory("Runs Pi-hole", entity="home network", tags=["dns"], keywords=["ads", "pihole"]))
+        warmup.recipe(memory("Runs Pi-hole", entity="home network", tags=["dns"], keywords=["ads", "pihole"]))
         == "home network: Runs Pi-hole (dns, ads, pihole)"
     )
-    assert plugin.recipe(memory("x", keywords=["k"])) == "user: x (k)"
+    assert warmup.recipe(memory("x", keywords=["k"])) == "user: x (k)"
 
 
 # The plugin on a real vault, with a stand-in model ----------------------------
@@ -208,7 +209,7 @@ class CountingModel:
         return np.array(rows, dtype=np.float32).reshape(len(texts), DIMENSIONS)
 
 
-STAMP = vectors.Stamp("stand-in", "0" * 64, plugin.RECIPE_VERSION, DIMENSIONS)
+STAMP = vectors.Stamp("stand-in", "0" * 64, warmup.RECIPE_VERSION, DIMENSIONS)
 
 
 @pytest.fixture
@@ -217,14 +218,14 @@ def store(tmp_path: Path) -> MemoryStore:
     return MemoryStore.create(LocalVault(tmp_path / "v", create=True), "passphrase", kdf=cheap)
 
 
-def warmed(hybrid: plugin.Hybrid) -> plugin.Hybrid:
+def warmed(hybrid: ranker.Hybrid) -> ranker.Hybrid:
     """Every memory embedded and the file written."""
     hybrid.warm_all()
     hybrid.flush()
     return hybrid
 
 
-class Flushing(plugin.Hybrid):
+class Flushing(ranker.Hybrid):
     """The plugin's Hybrid, waiting after each search until the vector file is written."""
 
     def rank(self, *args: Any, **kwargs: Any) -> Ranking | None:
@@ -235,7 +236,7 @@ class Flushing(plugin.Hybrid):
 
 def open_hybrid(
     store: MemoryStore, path: Path, model: CountingModel, lines: list[str], **kwargs: object
-) -> plugin.Hybrid:
+) -> ranker.Hybrid:
     hybrid = Flushing(
         model,
         MemoryReader(store),
@@ -298,7 +299,7 @@ def test_a_tampered_or_foreign_file_is_discarded_and_rebuilt(store: MemoryStore,
     path.write_bytes(bytes(data))
     model, lines = CountingModel(), []
     hybrid = open_hybrid(store, path, model, lines)
-    assert lines == [plugin.REBUILT] and len(hybrid.pending) == 3
+    assert lines == [warmup.REBUILT] and len(hybrid.pending) == 3
     warmed(hybrid)
     assert len(model.texts) == 3
     # Rebuilt: the next start reads it without a line.
@@ -306,7 +307,7 @@ def test_a_tampered_or_foreign_file_is_discarded_and_rebuilt(store: MemoryStore,
     assert len(open_hybrid(store, path, CountingModel(), quiet).table) == 3 and quiet == []
     # Garbage, or another account's key, are refused the same way.
     path.write_bytes(b"not a vector file")
-    assert open_hybrid(store, path, CountingModel(), noisy := []).pending and noisy == [plugin.REBUILT]
+    assert open_hybrid(store, path, CountingModel(), noisy := []).pending and noisy == [warmup.REBUILT]
 
 
 def test_a_new_model_manifest_or_recipe_embeds_everything_again(store: MemoryStore, tmp_path: Path) -> None:
@@ -350,7 +351,7 @@ def test_a_search_during_the_warm_up_embeds_only_its_query_and_says_how_far(
     hybrid = open_hybrid(store, tmp_path / "v.bin", model, [])
     # Half embedded (as by the warm-up thread), the word match among the other half.
     hybrid.table.put_many(
-        ((m.id, m.revision) for m in saved[:20]), model.embed([plugin.recipe(m) for m in saved[:20]])
+        ((m.id, m.revision) for m in saved[:20]), model.embed([warmup.recipe(m) for m in saved[:20]])
     )
     for m in saved[:20]:
         del hybrid.pending[m.id]
@@ -364,7 +365,7 @@ def test_a_search_during_the_warm_up_embeds_only_its_query_and_says_how_far(
     by_id = {hit.memory_id: hit for hit in answer.hits}
     assert {m.id for m in saved[:20]} | {late.id} == set(by_id)
     assert by_id[late.id].semantic_score is None and by_id[late.id].score <= 0.3 / 2
-    assert answer.progress == plugin.Progress(20, 40)
+    assert answer.progress == Progress(20, 40)
     assert answer.note is not None and "20 of 40 memories are searchable by meaning" in answer.note
     assert (
         check_ranking(answer, [Candidate(late, 1.0, 0.5)], options(limit=50), MemoryReader(store).get) is None
@@ -385,7 +386,7 @@ def test_the_warm_up_thread_embeds_everything_and_writes_the_file(store: MemoryS
     hybrid.start_warm_up()
     hybrid.warm_all()  # returns once nothing is pending, whichever thread embedded what
     assert not hybrid.pending and len(hybrid.table) == 50
-    assert sorted(model.texts) == sorted(plugin.recipe(m) for m in saved)
+    assert sorted(model.texts) == sorted(warmup.recipe(m) for m in saved)
     # A change later is embedded by the thread without a search.
     store.update(saved[3].id, changes={"keywords": ["tea"]}, reason=None)
     hybrid.warm_all()
@@ -409,7 +410,7 @@ def test_the_warm_up_thread_runs_below_the_searches_priority(store: MemoryStore,
 
     hybrid = open_hybrid(store, tmp_path / "v.bin", Watching(), [])
     base = os.getpriority(os.PRIO_PROCESS, 0)
-    if base + plugin.WARM_UP_NICE > 19:
+    if base + warmup.WARM_UP_NICE > 19:
         pytest.skip("this test already runs at a priority too low to go lower by WARM_UP_NICE")
     hybrid.start_warm_up()
     deadline = time.monotonic() + 60
@@ -418,7 +419,7 @@ def test_the_warm_up_thread_runs_below_the_searches_priority(store: MemoryStore,
     hybrid.stop_warm_up()
     assert not hybrid.pending
     assert seen and {name for name, _ in seen} == {"squirrel-mcp-warm-up"}
-    assert {nice for _, nice in seen} == {base + plugin.WARM_UP_NICE}
+    assert {nice for _, nice in seen} == {base + warmup.WARM_UP_NICE}
     # The searches' threads keep theirs.
     assert os.getpriority(os.PRIO_PROCESS, 0) == base
 
@@ -429,7 +430,7 @@ def test_a_memory_changed_while_embedded_is_embedded_again(store: MemoryStore, t
     hybrid = open_hybrid(store, tmp_path / "v.bin", model, [])
     with hybrid._lock:
         batch = hybrid._next_batch()
-    made = model.embed([plugin.recipe(m) for m in batch])
+    made = model.embed([warmup.recipe(m) for m in batch])
     store.update(saved[1].id, changes={"text": "changed meanwhile"}, reason=None)
     with hybrid._lock:
         hybrid._store(batch, made)
@@ -439,8 +440,8 @@ def test_a_memory_changed_while_embedded_is_embedded_again(store: MemoryStore, t
 
 
 def test_the_note_estimates_the_time_left_from_the_pace_so_far() -> None:
-    assert plugin._duration(0.2) == "1 s" and plugin._duration(42) == "42 s"
-    assert plugin._duration(600) == "10 min" and plugin._duration(4 * 3600) == "4.0 h"
+    assert ranker._duration(0.2) == "1 s" and ranker._duration(42) == "42 s"
+    assert ranker._duration(600) == "10 min" and ranker._duration(4 * 3600) == "4.0 h"
 
 
 def test_a_search_that_finds_another_busy_answers_lexically_within_the_bound(
@@ -451,8 +452,8 @@ def test_a_search_that_finds_another_busy_answers_lexically_within_the_bound(
     with hybrid._lock:
         began = time.monotonic()
         # The plugin's own rank (Flushing's would wait for the file, under the lock held here).
-        assert plugin.Hybrid.rank(hybrid, "q", [], 0, options()) is None
-        assert time.monotonic() - began < plugin.LOCK_WAIT + 1
+        assert ranker.Hybrid.rank(hybrid, "q", [], 0, options()) is None
+        assert time.monotonic() - began < ranker.LOCK_WAIT + 1
     assert hybrid.rank("q", [], 0, options()) is not None and not hybrid.failed
 
 
@@ -465,7 +466,7 @@ def test_a_runtime_failure_turns_the_session_lexical_with_one_line(
     assert hybrid.rank("q", [], 0, options()) is None
     model.fail = False
     assert hybrid.rank("q", [], 0, options()) is None
-    assert lines == [plugin.RUNTIME_FAILED]
+    assert lines == [warmup.RUNTIME_FAILED]
 
 
 def test_an_unwritable_file_keeps_vectors_in_memory_with_one_line(store: MemoryStore, tmp_path: Path) -> None:
@@ -479,7 +480,7 @@ def test_an_unwritable_file_keeps_vectors_in_memory_with_one_line(store: MemoryS
     save_many(store, 1)
     warmed(hybrid)
     assert hybrid.rank("q", [], 0, options()) is not None
-    assert lines == [plugin.UNWRITABLE] and len(hybrid.table) == 3
+    assert lines == [warmup.UNWRITABLE] and len(hybrid.table) == 3
     assert len(model.texts) == 3 + 2
 
 
@@ -504,7 +505,7 @@ def test_decay_is_the_lexical_decay() -> None:
     old = memory("x").model_copy(
         update={"updatedAt": (now - timedelta(days=90)).isoformat().replace("+00:00", "Z")}
     )
-    assert plugin.age_days(old, now) == pytest.approx(90)
+    assert age_days(old, now) == pytest.approx(90)
     assert decay("event", 90) < decay("fact", 90) <= 1
     assert math.isclose(decay("profile", 90), 1.0)
 

@@ -20,9 +20,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from squirrel_mcp.plugin_api import age_days
 from squirrel_mcp.search import bm25
 from squirrel_mcp.search.index import SearchIndex
-from squirrel_mcp_embeddings import fusion, plugin
+from squirrel_mcp_embeddings import fusion, warmup
 from tests.conftest import needs_model
 from tests.recall.corpus import CORPUS, NOW, QUERIES, hex_id, revision
 
@@ -36,10 +37,10 @@ def prepared() -> tuple[Any, list[dict[str, Any]]]:
     """The model's floor and span, and per query: lexical scores, cosines, decays, word order."""
     model = embedder.load()
     memories = [revision(memory) for memory in CORPUS]
-    matrix = model.embed([plugin.recipe(memory) for memory in memories])
+    matrix = model.embed([warmup.recipe(memory) for memory in memories])
     queries = model.embed([query["query"] for query in QUERIES])
     index = SearchIndex(memories)
-    decays = {m.id: bm25.decay(m.category, plugin.age_days(m, NOW)) for m in memories}
+    decays = {m.id: bm25.decay(m.category, age_days(m, NOW)) for m in memories}
     ids = [m.id for m in memories]
     per_query = []
     for query, vector in zip(QUERIES, queries, strict=True):

@@ -23,7 +23,7 @@ from mcp.client.stdio import stdio_client
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage.local import LocalVault
-from squirrel_mcp_embeddings import plugin
+from squirrel_mcp_embeddings import hooks, warmup
 from squirrel_mcp_embeddings.integrity import PACKAGED_MODEL_DIR
 from tests.conftest import PASSPHRASE, WARMING, call, needs_model, search_warm, search_when, server_params
 
@@ -134,7 +134,7 @@ async def test_the_vector_file_is_sealed_survives_a_restart_and_is_rebuilt_after
     async with server(hybrid_env, tmp_path) as (client, errors):
         found = await search_warm(client, query="food allergies")
         assert found["results"][0]["text"] == "Is allergic to peanuts"
-    assert memory_lines(errors) == [READY, plugin.REBUILT]
+    assert memory_lines(errors) == [READY, warmup.REBUILT]
     assert path.read_bytes() != bytes(tampered)
     async with server(hybrid_env, tmp_path) as (client, errors):
         await search_warm(client, query="food allergies")
@@ -151,7 +151,7 @@ async def test_embeddings_off_gives_lexical_with_one_line(hybrid_env: dict[str, 
         assert found == {"results": [], "total": 0, "ranking": "lexical"}
         words = await call(client, "search_memory", query="peanuts")
         assert words["ranking"] == "lexical" and words["results"][0]["semanticScore"] is None
-    assert memory_lines(errors) == [plugin.OFF]
+    assert memory_lines(errors) == [hooks.OFF]
     assert not (Path(env["SQUIRREL_MEMORY_CACHE_DIR"]) / "squirrel-notes").exists()
 
 

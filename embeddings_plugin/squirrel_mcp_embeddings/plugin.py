@@ -14,44 +14,9 @@ from __future__ import annotations
 
 import argparse
 
-from squirrel_mcp.plugin_api import Progress, age_days, hookimpl
+from squirrel_mcp.plugin_api import hookimpl
 from squirrel_mcp_embeddings.command import DIAGNOSE_HELP, add_diagnose_arguments
-from squirrel_mcp_embeddings.hooks import OFF, RUNTIME_THREADS, EmbeddingsHooks, manifest_sha256
-from squirrel_mcp_embeddings.ranker import LOCK_WAIT, Hybrid, _duration
-from squirrel_mcp_embeddings.warmup import (
-    REBUILT,
-    RECIPE_VERSION,
-    RUNTIME_FAILED,
-    UNWRITABLE,
-    WARM_UP_BATCH,
-    WARM_UP_NICE,
-    recipe,
-)
-
-# The entry point's own names, and what the tests and the benchmarks read as `plugin.NAME` from
-# before the code moved to command.py, hooks.py, warmup.py and ranker.py (the same objects).
-__all__ = [
-    "DIAGNOSE_HELP",
-    "LOCK_WAIT",
-    "OFF",
-    "REBUILT",
-    "RECIPE_VERSION",
-    "RUNTIME_FAILED",
-    "RUNTIME_THREADS",
-    "UNWRITABLE",
-    "WARM_UP_BATCH",
-    "WARM_UP_NICE",
-    "EmbeddingsPlugin",
-    "Hybrid",
-    "Progress",
-    "_duration",
-    "add_diagnose_arguments",
-    "age_days",
-    "manifest_sha256",
-    "plugin",
-    "recipe",
-    "run_diagnose",
-]
+from squirrel_mcp_embeddings.hooks import EmbeddingsHooks
 
 
 class EmbeddingsPlugin(EmbeddingsHooks):

@@ -30,7 +30,7 @@ import pytest
 from mcp import Client
 
 from squirrel_mcp.cli.backup import EXIT_EXPORT_INCOMPLETE
-from squirrel_mcp_embeddings import plugin
+from squirrel_mcp_embeddings import warmup
 from tests.conftest import (
     PASSPHRASE,
     call,
@@ -386,14 +386,14 @@ async def test_a_truncated_or_flipped_vector_file_is_rebuilt(
             assert found["results"][0]["text"] == "Is allergic to peanuts"
         (stderr,) = registry.stderr_files[first:]
         lines = stderr.read_text().splitlines()
-        assert lines.count(plugin.REBUILT) == 1 and "Traceback" not in stderr.read_text(), lines
+        assert lines.count(warmup.REBUILT) == 1 and "Traceback" not in stderr.read_text(), lines
         rebuilt = vectors.read_bytes()
         assert len(rebuilt) == size and rebuilt != bytes(damaged)
     # The rebuilt file is read without complaint.
     first = len(registry.stderr_files)
     async with Client(server_params(env)) as client:
         assert (await search_when(client, "hybrid", query="allergic to peanuts"))["ranking"] == "hybrid"
-    assert plugin.REBUILT not in registry.stderr_files[first].read_text()
+    assert warmup.REBUILT not in registry.stderr_files[first].read_text()
     record(
         "tampering-vector-file",
         runs=len(cases) + 1,
