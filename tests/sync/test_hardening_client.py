@@ -34,7 +34,7 @@ from mcp import Client
 
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.keys import crypto
-from squirrel_mcp.storage import StorageError, remote
+from squirrel_mcp.storage import StorageError, remote, transport
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp.storage.remote import RemoteStorage
 from tests.conftest import (
@@ -60,7 +60,7 @@ RSS_BOUND = 200 * MiB
 TRICKLED = 8_000
 # A hostile server stops trickling after this long whatever happens, so no test thread
 # outlives its test by much; the client's deadline is well inside it.
-TRICKLE_FOR = 3 * remote.OPERATION_DEADLINE
+TRICKLE_FOR = 3 * transport.OPERATION_DEADLINE
 
 
 def account_body() -> dict[str, Any]:
@@ -218,7 +218,7 @@ def run_measured(env: dict[str, str], *args: str) -> tuple[int, str, int]:
         env={"PATH": os.environ["PATH"], **env},
         stdin=subprocess.DEVNULL,
         capture_output=True,
-        timeout=4 * remote.OPERATION_DEADLINE,
+        timeout=4 * transport.OPERATION_DEADLINE,
         check=True,
     )
     text = result.stderr.decode(errors="replace")
@@ -275,7 +275,7 @@ def test_a_trickled_body_is_cut_off_at_the_deadline(hostile: Hostile, tmp_path: 
     assert_one_line(
         stderr,
         f"the sync server at {hostile.url} did not finish answering within "
-        f"{remote.OPERATION_DEADLINE:g} s; gave up after 1 attempt",
+        f"{transport.OPERATION_DEADLINE:g} s; gave up after 1 attempt",
     )
     print(f"trickle: cut off after {took:.0f} s")
 
@@ -289,7 +289,7 @@ def test_a_trickle_in_the_headers_or_the_body_meets_the_deadline(
     try:
         assert storage.load_account() is not None
         with monkeypatch.context() as patched:
-            patched.setattr(remote, "OPERATION_DEADLINE", 2.0)
+            patched.setattr(transport, "OPERATION_DEADLINE", 2.0)
             with pytest.raises(
                 StorageError, match=r"did not finish answering within 2 s; gave up after 1 attempt"
             ):

@@ -22,7 +22,7 @@ import pytest
 
 from squirrel_mcp.core.config import ConfigError
 from squirrel_mcp.keys.crypto import KdfParams
-from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, StorageError, remote
+from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, StorageError, remote, transport
 from squirrel_mcp.storage.remote import RemoteStorage
 from tests.sync.conftest import serve_on_loopback
 
@@ -211,7 +211,7 @@ def test_5xx_is_retried_with_growing_jittered_backoff_then_succeeds(stub: Stub) 
     assert stub.storage().changes_since(0) == ([], 0)
     assert len(stub.waits) == 3
     for attempt, wait in enumerate(stub.waits, start=1):
-        ceiling = remote.BACKOFF_BASE * 2 ** (attempt - 1)
+        ceiling = transport.BACKOFF_BASE * 2 ** (attempt - 1)
         assert ceiling / 2 <= wait <= ceiling
 
 
@@ -220,10 +220,10 @@ def test_5xx_gives_up_after_the_bounded_attempts(stub: Stub) -> None:
     with pytest.raises(StorageError) as raised:
         stub.storage().changes_since(0)
     message = str(raised.value)
-    assert f"failed (HTTP 500); gave up after {remote.MAX_ATTEMPTS} attempts" in message
+    assert f"failed (HTTP 500); gave up after {transport.MAX_ATTEMPTS} attempts" in message
     assert_clean(message, "boom")
-    assert len(stub.seen) == remote.MAX_ATTEMPTS
-    assert all(wait <= remote.BACKOFF_CAP for wait in stub.waits)
+    assert len(stub.seen) == transport.MAX_ATTEMPTS
+    assert all(wait <= transport.BACKOFF_CAP for wait in stub.waits)
 
 
 def test_a_timeout_is_retried_and_then_reported(stub: Stub) -> None:
@@ -249,9 +249,9 @@ def test_a_refused_connection_is_retried_and_then_reported() -> None:
     message = str(raised.value)
     assert message == (
         f"cannot reach the sync server at http://127.0.0.1:{port} (connection failed); "
-        f"gave up after {remote.MAX_ATTEMPTS} attempts"
+        f"gave up after {transport.MAX_ATTEMPTS} attempts"
     )
-    assert len(waits) == remote.MAX_ATTEMPTS - 1
+    assert len(waits) == transport.MAX_ATTEMPTS - 1
 
 
 def test_a_redirect_is_not_followed(stub: Stub) -> None:

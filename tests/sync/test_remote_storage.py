@@ -20,8 +20,9 @@ import requests
 from squirrel_mcp.book.errors import ConflictError
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.keys import crypto
-from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, StorageError, remote
-from squirrel_mcp.storage.remote import RemoteStorage, WatchedAdapter
+from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, StorageError, remote, transport
+from squirrel_mcp.storage.deadline import WatchedAdapter
+from squirrel_mcp.storage.remote import RemoteStorage
 from tests.sync.conftest import SyncServer, start_sync_server
 
 PASSPHRASE = "correct horse battery staple"
@@ -241,7 +242,7 @@ def test_the_servers_rate_limit_is_waited_out(database_url: str, tmp_path: Path)
             storage.append([one])
         assert storage.changes_since(0) == (records, 6)
     assert waits, "the server never said 429: the budget was not reached"
-    assert all(0 < wait <= remote.RETRY_AFTER_CAP for wait in waits)
+    assert all(0 < wait <= transport.RETRY_AFTER_CAP for wait in waits)
 
 
 def test_what_each_write_costs_on_the_wire(sync_server: SyncServer) -> None:

@@ -16,7 +16,7 @@ from contextlib import closing
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from squirrel_mcp.syncserver import database as sync_database
+from squirrel_mcp.syncserver import schema as sync_schema
 from tests.sync.conftest import KEY_PATTERN, SyncServer, sync_command
 from tests.sync.test_syncserver import Json, account, all_changes, memory_id, new_account, record
 
@@ -160,11 +160,11 @@ def test_a_schema_1_database_keeps_its_keys_and_migrates_once(database_url: str)
     # A database as the previous server left it: the key's hash in its slot, no api_keys.
     if database_url.startswith("sqlite:"):
         Path(urlsplit(database_url).path).parent.mkdir()
-        dialect = sync_database._SQLITE
+        dialect = sync_schema.SQLITE
     else:
-        dialect = sync_database._POSTGRES
+        dialect = sync_schema.POSTGRES
     sql = _old_database(database_url)
-    for statement in sync_database._schema(dialect)[:3]:
+    for statement in sync_schema.tables(dialect)[:3]:
         sql(statement)
     sql("INSERT INTO sync_meta (key, value) VALUES ('schema', '1')")
     sql(

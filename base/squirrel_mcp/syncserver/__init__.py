@@ -6,7 +6,10 @@ parameters, its wrapped data key, and one sealed record per memory revision)
 and never receives a passphrase, a key or plaintext.
 
     keys.py        API keys: making one, hashing it, its display prefix, reading the bearer header
-    database.py    the store, on SQLite (one machine) or PostgreSQL (same code)
+    schema.py      the tables and their version, and the SQL that differs between SQLite and PostgreSQL
+    pool.py        connections and transactions to SQLite (one machine) or PostgreSQL (same code)
+    keystore.py    the slots and the API keys that open them: issue, list, revoke, look up
+    database.py    the store (a KeyStore): opening it, the accounts and their sealed records
     validation.py  request bodies checked by the wire models (storage/wire.py), and the query
     ratelimit.py   per-key request budgets (token buckets)
     app.py         the Starlette application: routes, authentication, error bodies

@@ -34,14 +34,8 @@ from starlette.routing import Route
 from squirrel_mcp.storage import KeyChanged, RevisionConflict, wire
 from squirrel_mcp.storage.wire import ErrorCode
 from squirrel_mcp.syncserver import keys, validation
-from squirrel_mcp.syncserver.database import (
-    AccountExists,
-    ChangesPage,
-    Database,
-    DatabaseUnavailable,
-    NoAccount,
-    StoredAccount,
-)
+from squirrel_mcp.syncserver.database import AccountExists, ChangesPage, Database, NoAccount, StoredAccount
+from squirrel_mcp.syncserver.pool import DatabaseUnavailable
 from squirrel_mcp.syncserver.ratelimit import RateLimiter
 
 MAX_BODY_BYTES = validation.MAX_BODY_BYTES

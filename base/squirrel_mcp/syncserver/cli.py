@@ -25,7 +25,9 @@ from squirrel_mcp import __version__
 from squirrel_mcp.core.config import is_loopback
 from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.syncserver import keys
-from squirrel_mcp.syncserver.database import Database, DatabaseError, DatabaseUnavailable, KeyInfo, UnknownKey
+from squirrel_mcp.syncserver.database import Database
+from squirrel_mcp.syncserver.keystore import KeyInfo, UnknownKey
+from squirrel_mcp.syncserver.pool import DatabaseError, DatabaseUnavailable
 
 try:
     # The server extra; without it only this message can be given, by `main`.

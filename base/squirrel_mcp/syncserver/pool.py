@@ -1,0 +1,210 @@
+"""The sync server's database connections: which database a URL names, a pool, and its transactions.
+
+One store, two databases, chosen by URL: `sqlite:///absolute/path.sqlite3` for one
+machine, `postgresql://user@host/dbname` (psycopg 3, the `postgres` extra) when it
+outgrows one. `Pool` opens connections to either, lends them one transaction at
+a time, and turns the database's operational errors into DatabaseUnavailable.
+
+Apart from the queries (syncserver/keystore.py, syncserver/database.py, which
+subclass Pool) so that those read as SQL only, and nothing of connecting,
+pooling or either driver's errors leaks into them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+
+from squirrel_mcp.core.files import create_private_file
+from squirrel_mcp.storage import sqlite
+from squirrel_mcp.syncserver.schema import POSTGRES, SQLITE, Dialect
+
+if TYPE_CHECKING:
+    import psycopg
+
+    # Rows are tuples whose items are whatever the columns hold.
+    _Connection = sqlite3.Connection | psycopg.Connection[tuple[Any, ...]]
+    _DbCursor = sqlite3.Cursor | psycopg.Cursor[tuple[Any, ...]]
+
+# Idle connections kept for reuse; more are opened when more requests run at once.
+POOL_SIZE = 8
+
+
+class DatabaseError(Exception):
+    """The database URL is unusable, or the database is not a sync server's."""
+
+
+class DatabaseUnavailable(Exception):
+    """The database cannot be reached or answered with an operational error."""
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a `sqlite:///absolute/path` URL; None for another scheme."""
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite":
+        return None
+    path = unquote(parts.path)
+    if parts.netloc or not path.startswith("/") or parts.query or parts.fragment:
+        raise DatabaseError("a SQLite database URL is sqlite:///ABSOLUTE/PATH (three slashes, then the path)")
+    return Path(path)
+
+
+class Pool:
+    """Connections to the database named by a URL, on SQLite or PostgreSQL; safe to use from many threads."""
+
+    def __init__(self, url: str) -> None:
+        """Connections to the database named by `url` (none is opened yet)."""
+        self._sqlite_path = sqlite_path(url)
+        self._url = url
+        if self._sqlite_path is not None:
+            self._dialect = SQLITE
+            self._errors = _sqlite_errors()
+            create_private_file(self._sqlite_path)
+        elif urlsplit(url).scheme in ("postgresql", "postgres"):
+            self._dialect = POSTGRES
+            self._errors = _postgres_errors()
+        else:
+            raise DatabaseError("the database URL must start with sqlite:/// or postgresql://")
+        self._idle: list[_Connection] = []
+        self._pool_lock = threading.Lock()
+
+    @property
+    def dialect(self) -> str:
+        """The database kind: sqlite or postgresql."""
+        return self._dialect.name
+
+    def _connect(self) -> _Connection:
+        try:
+            if self._sqlite_path is not None:
+                connection = sqlite.connect(self._sqlite_path)
+                connection.execute("PRAGMA foreign_keys = ON")
+                return connection
+            import psycopg
+
+            return psycopg.connect(self._url, connect_timeout=10)
+        except self._errors.operational as error:
+            # The URL may hold a password: say what failed, not where.
+            raise DatabaseUnavailable(f"cannot connect to the {self._dialect.name} database") from error
+
+    @contextmanager
+    def _transaction(self, *, write: bool) -> Iterator[Cursor]:
+        """One transaction on a pooled connection; rolled back if the block raises."""
+        with self._pool_lock:
+            connection = self._idle.pop() if self._idle else None
+        if connection is not None and self._sqlite_path is None:
+            # A pooled PostgreSQL connection may have been closed by the server
+            # (a restart, an idle timeout) since its last use: try it before
+            # trusting a write to it, and start afresh if it is gone.
+            try:
+                connection.execute("SELECT 1")
+            except self._errors.operational:
+                _close_quietly(connection)
+                connection = None
+        if connection is None:
+            connection = self._connect()
+        # Only a connection whose transaction ended cleanly goes back to the pool.
+        healthy = False
+        try:
+            if self._sqlite_path is not None:
+                # IMMEDIATE takes the write lock up front, so the slot's last_seq
+                # cannot change between reading and updating it.
+                connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield Cursor(connection, self._dialect)
+            except self._errors.operational:
+                raise
+            except BaseException:
+                connection.rollback()
+                healthy = True
+                raise
+            connection.commit()
+            healthy = True
+        except self._errors.operational as error:
+            healthy = False
+            raise DatabaseUnavailable(f"the {self._dialect.name} database failed") from error
+        finally:
+            if healthy:
+                with self._pool_lock:
+                    if len(self._idle) < POOL_SIZE:
+                        self._idle.append(connection)
+                        connection = None
+            if connection is not None:
+                _close_quietly(connection)
+
+    def close(self) -> None:
+        """Close every idle connection."""
+        with self._pool_lock:
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            _close_quietly(connection)
+
+    def ping(self) -> None:
+        """Raise DatabaseUnavailable unless the database answers (a read of its schema version)."""
+        try:
+            with self._transaction(write=False) as cursor:
+                # A table, not "SELECT 1": SQLite answers that without touching the file.
+                cursor.execute("SELECT value FROM sync_meta WHERE key = 'schema'").fetchone()
+        except self._errors.any as error:
+            # Whatever the database says, for a health check it is one answer: not well.
+            raise DatabaseUnavailable(f"the {self._dialect.name} database failed its check") from error
+
+    def database_files(self) -> list[Path]:
+        """The SQLite file and its WAL companions (empty for PostgreSQL)."""
+        if self._sqlite_path is None:
+            return []
+        return [Path(f"{self._sqlite_path}{suffix}") for suffix in ("", "-wal", "-shm")]
+
+
+class Cursor:
+    """The one call the queries need, with `?` placeholders on both databases."""
+
+    def __init__(self, connection: _Connection, dialect: Dialect) -> None:
+        self._connection = connection
+        self._postgres = dialect is POSTGRES
+
+    def execute(self, sql: str, params: tuple[object, ...] = ()) -> _DbCursor:
+        """Run one statement; the DB-API cursor (fetchone, fetchall, rowcount)."""
+        if self._postgres:
+            # No statement here holds a literal "?" or "%", so this is exact.
+            sql = sql.replace("?", "%s")
+        return self._connection.execute(sql, params)
+
+    def one(self, sql: str, params: tuple[object, ...] = ()) -> tuple[Any, ...]:
+        """The row of a statement that always returns exactly one (an aggregate, INSERT ... RETURNING)."""
+        row = self.execute(sql, params).fetchone()
+        if row is None:
+            raise DatabaseError("the database returned no row where one is certain")
+        return tuple(row)
+
+
+@dataclass(frozen=True)
+class _Errors:
+    any: tuple[type[Exception], ...]
+    operational: tuple[type[Exception], ...]
+
+
+def _sqlite_errors() -> _Errors:
+    return _Errors((sqlite3.Error,), (sqlite3.OperationalError,))
+
+
+def _postgres_errors() -> _Errors:
+    try:
+        import psycopg
+    except ImportError as error:
+        raise DatabaseError(
+            "PostgreSQL needs the postgres extra: pip install 'squirrel-mcp[postgres]'"
+        ) from error
+    return _Errors((psycopg.Error,), (psycopg.OperationalError, psycopg.InterfaceError))
+
+
+def _close_quietly(connection: _Connection) -> None:
+    # A connection being dropped may be broken already; closing it is best effort.
+    with contextlib.suppress(Exception):
+        connection.close()
