@@ -126,6 +126,11 @@ def test_it_prints_ids_ranks_and_scores_never_memory_text(served: dict[str, Any]
     assert {word for word in words if word not in TEMPLATE and not ID_OR_NUMBER.match(word)} == set()
 
 
+def default_sigint() -> None:
+    """In the child, before exec: SIGINT back to its default action (exec keeps an ignored signal ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_deletes_the_temporary_vectors_and_leaves_the_servers_file(
     served: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -139,6 +144,11 @@ def test_ctrl_c_deletes_the_temporary_vectors_and_leaves_the_servers_file(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Ctrl-C as on a terminal, where SIGINT has its default action. A program started in
+        # the background by a shell without job control (a CI runner's script, `cmd &`)
+        # inherits SIGINT ignored, and Python then installs no KeyboardInterrupt for it:
+        # the diagnostic would run to the end and exit 0 (the baseline CI failure of this test).
+        preexec_fn=default_sigint,
     )
     try:
         assert running.stdout is not None
