@@ -192,9 +192,12 @@ def server_params(env: dict[str, str]) -> StdioServerParameters:
 
 
 def run_cli(
-    env: dict[str, str], *args: str, stdin: bytes | None = None
+    env: dict[str, str], *args: str, stdin: bytes | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[bytes]:
-    """Run `squirrel-mcp ARGS` with exactly `env` (plus PATH), capturing output (stderr is scanned)."""
+    """Run `squirrel-mcp ARGS` with exactly `env` (plus PATH), capturing output (stderr is scanned).
+
+    `timeout` is a backstop against a hang; a run that waits for the warm-up passes WARM_WAIT.
+    """
     registry = secrets_of_this_test()
     registry.add_env(env)
     result = subprocess.run(
@@ -202,7 +205,7 @@ def run_cli(
         env={"PATH": os.environ["PATH"], **env},
         input=stdin,
         capture_output=True,
-        timeout=120,
+        timeout=timeout,
         check=False,
     )
     stderr = result.stderr.decode(errors="replace")
