@@ -365,7 +365,7 @@ def check_store_vault(vault: Path, acks: list[Ack]) -> int:
     try:
         lost = len(lost_acks(final, acks))
     finally:
-        final._storage.close()
+        final._log.storage.close()
     return lost + unreadable_records(vault)
 
 
@@ -395,13 +395,13 @@ def test_kill_a_store_writer_many_times(tmp_path: Path) -> None:
             assert integrity_ok(vault)
             lost += lost_acks(verifier, acks)
             if runs % STORE_RUNS_PER_VAULT == 0 or runs == STORE_RUNS:
-                verifier._storage.close()
+                verifier._log.storage.close()
                 lost_at_end += check_store_vault(vault, acks_here)
     finally:
         worker.close()
     if runs % STORE_RUNS_PER_VAULT and runs != STORE_RUNS:
         # Stopped by the time bound mid-vault.
-        verifier._storage.close()
+        verifier._log.storage.close()
         lost_at_end += check_store_vault(vault, acks_here)
     record(
         "crash-store",
@@ -471,7 +471,7 @@ def test_kill_the_vector_file_writer(tmp_path: Path) -> None:
             else:
                 assert last_acked == 0
             if runs % VECTOR_RUNS_PER_VAULT == 0:
-                verifier._storage.close()
+                verifier._log.storage.close()
         leftovers = sorted(tmp_path.glob("vault*/cache/squirrel-notes/.*.tmp"))
     finally:
         worker.close()
@@ -545,7 +545,7 @@ def test_kill_the_server_while_the_real_plugin_keeps_vectors(
             )
         account_id = seeded.account_id
     finally:
-        seeded._storage.close()
+        seeded._log.storage.close()
     env = {
         **vault_env,
         "SQUIRREL_MCP_PLUGINS": "embeddings",
