@@ -1,7 +1,8 @@
 """Every job of the project, one nox session each.
 
-    nox -s tests   ruff, mypy, every test and every gate (what .ci/run and the README run); the sync
-                   server's tests get a throwaway PostgreSQL from .ci/postgres
+    nox -s tests   ruff, mypy, every test and every gate (what .ci/run and the README run), side by
+                   side (pytest-xdist); the sync server's tests get a throwaway PostgreSQL from
+                   .ci/postgres
     nox -s lint    ruff, ruff format --check, mypy, the import contract of the layers (lint-imports):
                    the quick check before a commit
     nox -s unit    the tests that run in one interpreter: no model, no process, no PostgreSQL;
@@ -123,10 +124,15 @@ def tests(session: nox.Session) -> None:
     install_project(session)
     run_lint(session)
     chromium_for_tests(session)
-    with postgres_for_tests(session):
-        session.run("pytest", *session.posargs)
-    run_recall(session)
-    run_reliability(session)
+    with postgres_for_tests(session), reliability_report(session):
+        # Side by side: the tests mostly wait on the processes they start, so four workers
+        # keep two cores busy. The recall gate and the reliability checks are tests of this
+        # run; every loop in them is bounded by count and time, the timeout is a backstop.
+        session.run(
+            "pytest",
+            *("-n", "4", "--dist", "loadgroup", "--reliability", "--timeout=1500", "--durations=30"),
+            *session.posargs,
+        )
 
 
 def run_lint(session: nox.Session) -> None:
@@ -201,18 +207,25 @@ def has_diagnose(script: str) -> bool:
     return probe.returncode == 0
 
 
-def run_reliability(session: nox.Session) -> None:
-    """The reliability checks (tests/reliability, left out of plain pytest), then their table.
+@contextmanager
+def reliability_report(session: nox.Session) -> Iterator[None]:
+    """Around a run of the reliability checks (tests/reliability): their table afterwards.
 
     Each check writes its figures to build/reliability/; the report turns this run's
     figures into docs/reliability.md, also when a check failed (its row shows what).
     """
     shutil.rmtree("build/reliability", ignore_errors=True)
     try:
-        # Every loop in these checks is bounded by count and time; the timeout is a backstop.
-        session.run("pytest", "tests/reliability", "--timeout=900", "--durations=0")
+        yield
     finally:
         session.run("python", "scripts/reliability_report.py")
+
+
+def run_reliability(session: nox.Session) -> None:
+    """The reliability checks alone (tests/reliability, left out of a plain pytest), then their table."""
+    with reliability_report(session):
+        # Every loop in these checks is bounded by count and time; the timeout is a backstop.
+        session.run("pytest", "tests/reliability", "--timeout=900", "--durations=0")
 
 
 @nox.session(python=PYTHON)

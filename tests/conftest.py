@@ -131,12 +131,72 @@ def scan_for_secrets(
 UNIT_ONLY = os.environ.get("SQUIRREL_TEST_UNIT") == "1"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """In `nox -s unit`, tests marked `process` are skipped before anything of theirs runs.
+RELIABILITY = Path(__file__).parent / "reliability"
 
-    For modules whose process starts are wrapped by a library (Playwright's driver, a
-    server started in a thread), where the refusal below would surface as an error.
+# `nox -s tests` runs the tests side by side (pytest-xdist, `--dist loadgroup`). Modules whose
+# tests share an expensive module fixture (wheels built, an npm install, a warmed vault) run
+# on one worker, so that it is built once; the other tests go to whichever worker is free.
+SHARED_FIXTURE_MODULES = (
+    "test_release.py",
+    "test_host_metadata.py",
+    "test_diagnose.py",
+    "test_import_server_memory.py",
+)
+# The longest tests first (minutes each under load), so that no worker starts one of them
+# when the others are nearly done: the run then ends about when its longest worker does.
+LONGEST_FIRST = (
+    "test_install.py",
+    "test_release.py",
+    "sync/test_contract.py",
+    "reliability/test_crash.py",
+    "reliability/test_soak.py",
+    "reliability/test_fuzz.py",
+    "test_recall_gate.py",
+    "test_cli_person.py",
+    "test_end_of_input.py",
+    "reliability/test_passphrase_kills.py",
+    "test_import_server_memory.py",
+    "test_hybrid_stdio.py",
+    "test_snapshot.py",
+    "sync/test_hardening_client.py",
+    "test_log_integrity.py",
+    "test_diagnose.py",
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--reliability",
+        action="store_true",
+        help="also collect tests/reliability (kills, soak, fuzzing: minutes), as `nox -s tests` does",
+    )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """tests/reliability is collected when named (`pytest tests/reliability`) or with --reliability."""
+    if collection_path != RELIABILITY or config.getoption("--reliability"):
+        return None
+    named = any(Path(arg.split("::")[0]).resolve().is_relative_to(RELIABILITY) for arg in config.args)
+    return None if named else True
+
+
+def schedule_key(item: pytest.Item) -> int:
+    """Where `item` comes in the run: its module's place in LONGEST_FIRST, the rest after."""
+    module = item.path.relative_to(Path(__file__).parent).as_posix()
+    return LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest tests first, shared-fixture modules on one worker each; in `nox -s unit`,
+    tests marked `process` are skipped before anything of theirs runs.
+
+    The skip is for modules whose process starts are wrapped by a library (Playwright's
+    driver, a server started in a thread), where the refusal below would surface as an error.
     """
+    items.sort(key=schedule_key)  # stable: the order within a module stays as written
+    for item in items:
+        if item.path.name in SHARED_FIXTURE_MODULES:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
     if UNIT_ONLY:
         skip = pytest.mark.skip(reason="starts processes: run by `nox -s tests`, not `nox -s unit`")
         for item in items:

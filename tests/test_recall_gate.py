@@ -1,16 +1,26 @@
-"""The recall gate's conditions (tests/recall/gate.py) hold and fail where they should.
+"""The recall gate (tests/recall/gate.py): its conditions hold and fail where they should,
+and the gate itself passes on the real model.
 
-The gate itself runs in `nox -s recall` (and at the end of `nox -s tests`); here its
-`gate` function is given figures on either side of each threshold.
+Its `gate` function is given figures on either side of each threshold; then the whole
+gate runs as `nox -s recall` runs it (`python -m tests.recall.gate`, which writes
+docs/recall.md), so `nox -s tests` fails when recall falls below a bar.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.conftest import needs_model
 from tests.recall import gate
+
+ROOT = Path(__file__).resolve().parents[1]
+# A backstop against a hang: the gate embeds 500 memories, a few minutes on a loaded machine.
+GATE_TIMEOUT_S = 1200
 
 
 @pytest.fixture(scope="module")
@@ -65,3 +75,17 @@ def test_each_condition_fails_below_its_threshold(
     expected = [True] * 4
     expected[failing] = False
     assert held(recall_gate, figures(*measured)) == expected
+
+
+@needs_model
+@pytest.mark.process
+def test_the_gate_holds_on_the_real_model() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.recall.gate"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=GATE_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"

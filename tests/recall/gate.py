@@ -1,6 +1,7 @@
 """The recall gate: lexical and hybrid search on the recall corpus, as the server runs them.
 
-`nox -s recall` runs it as `python -m tests.recall.gate`.
+`nox -s recall` runs it as `python -m tests.recall.gate`; so does tests/test_recall_gate.py,
+and so `nox -s tests`.
 
 The 500 synthetic memories of tests/recall/ are imported into a throwaway vault;
 each query of the four sets (paraphrase, exact, ranking, scripts) is answered by
