@@ -104,6 +104,28 @@ def postgres_for_tests(session: nox.Session) -> Iterator[None]:
         subprocess.run([POSTGRES_SCRIPT, "stop", exported["SQUIRREL_TEST_POSTGRES_DIR"]], check=False)
 
 
+@contextmanager
+def system_packages_installing() -> Iterator[None]:
+    """Debian's chromium and PostgreSQL installed (where missing) while the block runs.
+
+    apt and pip share nothing, so the minute apt takes overlaps the Python set-up. This only
+    installs: chromium_for_tests and postgres_for_tests afterwards check and start them as
+    always (and say what is wrong if this failed). Its output goes to build/system-packages.log.
+    """
+    log_path = Path("build") / "system-packages.log"
+    log_path.parent.mkdir(exist_ok=True)
+    with log_path.open("wb") as log:
+        installing = subprocess.Popen(
+            ["/bin/bash", "-c", f"{shlex.quote(CHROMIUM_SCRIPT)}; {shlex.quote(POSTGRES_SCRIPT)} install"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            yield
+        finally:
+            installing.wait()
+
+
 def chromium_for_tests(session: nox.Session) -> None:
     """Debian's chromium for the browser test (.ci/chromium); without it that test skips, saying why.
 
@@ -119,10 +141,11 @@ def chromium_for_tests(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """Lint, type-check and run every test (the model is fetched first, so its tests run)."""
-    session.install("--require-hashes", "-r", "requirements/dev.txt")
-    fetch_model_files(session)
-    install_project(session)
-    run_lint(session)
+    with system_packages_installing():
+        session.install("--require-hashes", "-r", "requirements/dev.txt")
+        fetch_model_files(session)
+        install_project(session)
+        run_lint(session)
     chromium_for_tests(session)
     with postgres_for_tests(session), reliability_report(session):
         # Side by side: the tests mostly wait on the processes they start, so four workers
