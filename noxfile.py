@@ -148,12 +148,13 @@ def tests(session: nox.Session) -> None:
         run_lint(session)
     chromium_for_tests(session)
     with postgres_for_tests(session), reliability_report(session):
-        # Side by side: the tests mostly wait on the processes they start, so four workers
-        # keep two cores busy. The recall gate and the reliability checks are tests of this
-        # run; every loop in them is bounded by count and time, the timeout is a backstop.
+        # Side by side, a module per worker: the tests mostly wait on the processes they
+        # start, so four workers keep two cores busy. The recall gate and the reliability
+        # checks are tests of this run; every loop in them is bounded by count and time, the
+        # timeout is a backstop.
         session.run(
             "pytest",
-            *("-n", "4", "--dist", "loadgroup", "--reliability", "--timeout=1500", "--durations=30"),
+            *("-n", "4", "--dist", "loadfile", "--reliability", "--timeout=1500", "--durations=30"),
             *session.posargs,
         )
 

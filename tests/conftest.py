@@ -133,34 +133,32 @@ UNIT_ONLY = os.environ.get("SQUIRREL_TEST_UNIT") == "1"
 
 RELIABILITY = Path(__file__).parent / "reliability"
 
-# `nox -s tests` runs the tests side by side (pytest-xdist, `--dist loadgroup`). Modules whose
-# tests share an expensive module fixture (wheels built, an npm install, a warmed vault) run
-# on one worker, so that it is built once; the other tests go to whichever worker is free.
-SHARED_FIXTURE_MODULES = (
-    "test_release.py",
-    "test_host_metadata.py",
-    "test_diagnose.py",
-    "test_import_server_memory.py",
-)
-# The longest tests first (minutes each under load), so that no worker starts one of them
+# `nox -s tests` runs the tests side by side, a module per worker (pytest-xdist, `--dist
+# loadfile`): a module's fixtures (wheels built, an npm install, a warmed vault) are made once.
+# The longest modules first (minutes each under load), so that no worker starts one of them
 # when the others are nearly done: the run then ends about when its longest worker does.
 LONGEST_FIRST = (
-    "test_install.py",
-    "test_release.py",
     "sync/test_contract.py",
+    "test_install.py",
+    "reliability/test_passphrase_kills.py",
+    "test_cli_person.py",
+    "test_release.py",
+    "sync/test_syncserver.py",
+    "reliability/test_tampering.py",
+    "sync/test_two_machines.py",
+    "sync/test_hardening_client.py",
+    "test_server.py",
+    "sync/test_remote_cli.py",
+    "sync/test_sync_keys.py",
+    "sync/test_log_integrity_sync.py",
     "reliability/test_crash.py",
-    "reliability/test_soak.py",
+    "sync/test_hardening_server.py",
+    "sync/test_remote_storage.py",
+    "sync/test_passphrase_sync.py",
+    "test_end_of_input.py",
+    "test_log_integrity.py",
     "reliability/test_fuzz.py",
     "test_recall_gate.py",
-    "test_cli_person.py",
-    "test_end_of_input.py",
-    "reliability/test_passphrase_kills.py",
-    "test_import_server_memory.py",
-    "test_hybrid_stdio.py",
-    "test_snapshot.py",
-    "sync/test_hardening_client.py",
-    "test_log_integrity.py",
-    "test_diagnose.py",
 )
 
 
@@ -187,16 +185,13 @@ def schedule_key(item: pytest.Item) -> int:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest tests first, shared-fixture modules on one worker each; in `nox -s unit`,
-    tests marked `process` are skipped before anything of theirs runs.
+    """The longest modules first; in `nox -s unit`, tests marked `process` are skipped
+    before anything of theirs runs.
 
     The skip is for modules whose process starts are wrapped by a library (Playwright's
     driver, a server started in a thread), where the refusal below would surface as an error.
     """
     items.sort(key=schedule_key)  # stable: the order within a module stays as written
-    for item in items:
-        if item.path.name in SHARED_FIXTURE_MODULES:
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
     if UNIT_ONLY:
         skip = pytest.mark.skip(reason="starts processes: run by `nox -s tests`, not `nox -s unit`")
         for item in items:
