@@ -352,7 +352,7 @@ def _check_cut(context: dict[str, Any], preferences: int, others: int) -> None:
         {"section": "recent", "shown": 10, "total": others, "listWith": {}},
     ]
     assert f"preferences shows {bound} of {preferences}, {preferences - bound} left out" in context["note"]
-    assert f"list_memories(category: 'preference', offset: {bound})" in context["note"]
+    assert f'list_memories {{"category": "preference", "offset": {bound}}} lists them' in context["note"]
 
 
 CUT_PREFERENCES = CONTEXT_SECTION_LIMIT + 3

@@ -62,9 +62,9 @@ def _unknown(name: str, known: list[str]) -> str:
     def plain(word: str) -> str:
         return word.casefold().replace("_", "").replace("-", "")
 
-    close = difflib.get_close_matches(plain(name), [plain(k) for k in known], n=1, cutoff=0.6)
-    meant = next((k for k in known if close and plain(k) == close[0]), None)
-    return f"unknown argument `{name}`" + ("" if meant is None else f"; did you mean `{meant}`?")
+    plains = {plain(argument): argument for argument in known}
+    close = difflib.get_close_matches(plain(name), plains, n=1, cutoff=0.6)
+    return f"unknown argument `{name}`" + (f"; did you mean `{plains[close[0]]}`?" if close else "")
 
 
 def describe_invalid(tool: str, error: ValidationError, known: list[str]) -> str:
@@ -75,12 +75,11 @@ def describe_invalid(tool: str, error: ValidationError, known: list[str]) -> str
     problems = []
     unknown = False
     for e in error.errors(include_input=False):
-        where = ".".join(str(part) for part in e["loc"]) or "arguments"
         if e["type"] == "extra_forbidden" and len(e["loc"]) == 1:
             unknown = True
             problems.append(_unknown(str(e["loc"][0]), known))
         else:
-            problems.append(f"{where}: {e['msg']}")
+            problems.append(f"{'.'.join(str(part) for part in e['loc']) or 'arguments'}: {e['msg']}")
     # Forty bad tags make forty problems; the first few say what to fix.
     if len(problems) > MAX_PROBLEMS:
         problems[MAX_PROBLEMS:] = [f"and {len(problems) - MAX_PROBLEMS} more"]

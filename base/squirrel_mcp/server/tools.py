@@ -15,6 +15,7 @@ registers them.
 from __future__ import annotations
 
 import contextvars
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -151,8 +152,10 @@ def _left_out_note(cut: list[LeftOut]) -> str | None:
         return None
     parts = []
     for section in cut:
-        call = ", ".join(f"{key}: {value!r}" for key, value in section.listWith.items())
-        how = f"list_memories({call})" if call else "list_memories (every memory, newest change first)"
+        arguments = json.dumps(section.listWith)
+        how = (
+            f"list_memories {arguments}" if section.listWith else "list_memories (every memory, newest first)"
+        )
         parts.append(
             f"{section.section} shows {section.shown} of {section.total}, {section.total - section.shown} "
             f"left out: {how} lists them"
