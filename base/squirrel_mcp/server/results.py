@@ -114,10 +114,13 @@ class GetResult(_DropNone):
     )
 
 
+Section = Literal["profile", "preferences", "recent"]
+
+
 class LeftOut(BaseModel):
     """A section of get_context cut at its bound: how many it left out, and how to list them."""
 
-    section: Literal["profile", "preferences", "recent"]
+    section: Section
     shown: int
     total: int = Field(description="How many memories the section would hold uncut.")
     listWith: dict[str, str | int] = Field(

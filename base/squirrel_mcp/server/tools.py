@@ -56,6 +56,7 @@ from squirrel_mcp.server.results import (
     RevisionView,
     SaveResult,
     SearchResult,
+    Section,
 )
 from squirrel_mcp.server.searching import MAX_SEARCH_LIMIT, ProgressReport, join_notes, log_note, run_search
 
@@ -137,13 +138,11 @@ def _listed(revision: Revision) -> ListedMemory:
     return ListedMemory.model_construct(**revision.model_dump(include=set(ListedMemory.model_fields)))
 
 
-def _left_out(section: str, page: Page, list_with: dict[str, str | int]) -> LeftOut | None:
+def _left_out(section: Section, page: Page, list_with: dict[str, str | int]) -> LeftOut | None:
     """The section's LeftOut when its page holds fewer memories than the section has, else None."""
     if page.total <= len(page.memories):
         return None
-    return LeftOut.model_validate(
-        {"section": section, "shown": len(page.memories), "total": page.total, "listWith": list_with}
-    )
+    return LeftOut(section=section, shown=len(page.memories), total=page.total, listWith=list_with)
 
 
 def _left_out_note(cut: list[LeftOut]) -> str | None:
@@ -430,18 +429,17 @@ def _change(write: Callable[[], Revision], unchanged: Callable[[Revision], str])
     When the memory already was as asked, `write` wrote nothing: the memory as it is,
     with the note `unchanged` makes of it. Other refusals are the agent's errors.
     """
-    try:
-        revision = write()
-    except Unchanged as same:
-        memory = same.revision
-        return ChangeResult(
-            memory=memory.memory(),
-            deleted=memory.deleted,
-            previousRevision=memory.revision,
-            note=unchanged(memory),
-        )
-    except MemoryOperationError as error:
-        raise ToolError(str(error)) from None
+    with _as_tool_error():
+        try:
+            revision = write()
+        except Unchanged as same:
+            memory = same.revision
+            return ChangeResult(
+                memory=memory.memory(),
+                deleted=memory.deleted,
+                previousRevision=memory.revision,
+                note=unchanged(memory),
+            )
     return ChangeResult(
         memory=revision.memory(), deleted=revision.deleted, previousRevision=revision.revision - 1
     )
