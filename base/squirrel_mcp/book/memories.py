@@ -71,17 +71,24 @@ def _created(memory_id: str, fields: Fields) -> Revision:
     )
 
 
+def keyed_id(key: bytes, parts: Sequence[object]) -> str:
+    """A memory id made of `parts` (JSON values): the first 8 bytes, in hex, of an HMAC-SHA256 under `key`.
+
+    The key is the account's own (derived from its data key), so storage, which sees
+    ids, cannot test a guess of the content against them.
+    """
+    message = json.dumps(list(parts), ensure_ascii=False).encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()[:16]
+
+
 def content_id(key: bytes, fields: Fields, attempt: int) -> str:
-    """The id `save_once` gives a memory of these fields: 8 bytes of an HMAC-SHA256 under the account's key.
+    """The id `save_once` gives a memory of these fields (`keyed_id` under CONTENT_ID_PURPOSE's key).
 
     Two processes saving the same memory at the same moment pick the same id, so the
     log's one-revision-1-per-id rule lets only one of them in. `attempt` counts up past
-    ids already taken (a memory that said this once, then was corrected or deleted). The
-    key is the account's own (derived from its data key): storage, which sees ids,
-    cannot test a guess of the content against them.
+    ids already taken (a memory that said this once, then was corrected or deleted).
     """
-    message = json.dumps([attempt, *fields], ensure_ascii=False).encode()
-    return hmac.new(key, message, hashlib.sha256).hexdigest()[:16]
+    return keyed_id(key, [attempt, *fields])
 
 
 class MemoryStore:
