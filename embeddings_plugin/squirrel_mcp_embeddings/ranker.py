@@ -6,7 +6,9 @@ meaning (a cosine at or above the model's floor, live, passing the filters), the
 to MAX_NEAR_MISSES near misses below the floor when asked. While memories are still
 waiting for their vectors, their word matches go to the front of the warm-up's queue
 and the answer carries a note saying how far the warm-up is and about how long it
-still needs. A runtime failure answers None (lexical search) and says so once.
+still needs. Vectors busy for longer than LOCK_WAIT: the word ranking, with the note
+BUSY (that search only). A runtime failure answers None (lexical search for the rest
+of the session) and says so once.
 """
 
 from __future__ import annotations
