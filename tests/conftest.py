@@ -11,8 +11,10 @@ adds with `secrets.add`.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -341,3 +343,69 @@ async def search_when(client: Client, ranking: str, **arguments: Any) -> dict[st
         if found["ranking"] == ranking or time.monotonic() > deadline:
             return found
         await anyio.sleep(0.2)
+
+
+# The TypeScript SDK, the client most hosts are built on, and the host scripts that drive it.
+HOSTS = Path(__file__).parent / "hosts"
+TS_CLIENT = HOSTS / "ts_client.mjs"
+TS_CALLS = HOSTS / "ts_calls.mjs"
+TS_SDK = "@modelcontextprotocol/sdk@1.32.2"
+
+
+@pytest.fixture(scope="session")
+def ts_sdk(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding the pinned TypeScript SDK and the host scripts, installed from npm once."""
+    if shutil.which("npm") is None or shutil.which("node") is None:
+        pytest.skip("Node.js and npm are needed to check the server through the TypeScript SDK")
+    prefix = tmp_path_factory.mktemp("ts-host")
+    subprocess.run(
+        ["npm", "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(prefix), TS_SDK],
+        check=True,
+        timeout=600,
+    )
+    # Node resolves an ES module's imports next to the script, not through NODE_PATH.
+    for script in (TS_CLIENT, TS_CALLS):
+        shutil.copy(script, prefix / script.name)
+    return prefix
+
+
+def ts_calls(ts_sdk: Path, env: dict[str, str], calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Make `calls` ({"tool", "arguments"}) in order through a TypeScript SDK host of a server on `env`.
+
+    Each answer as the host got it: `isError`, `structuredContent`, `text` (the first
+    content block's). Tool errors are scanned for the test's secrets, as `call_error`'s are.
+    """
+    registry = secrets_of_this_test()
+    for each in calls:
+        registry.add(each["arguments"])
+    server = server_params(env)
+    result = subprocess.run(
+        ["node", str(ts_sdk / TS_CALLS.name), server.command, *server.args],
+        env={"PATH": os.environ["PATH"], **env},
+        input=json.dumps(calls).encode(),
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
+    stderr = result.stderr.decode(errors="replace")
+    registry.texts.append(("stderr of the TypeScript host", stderr))
+    assert result.returncode == 0, stderr
+    answers: list[dict[str, Any]] = json.loads(result.stdout)
+    registry.texts.extend(("error through the TypeScript host", a["text"]) for a in answers if a["isError"])
+    return answers
+
+
+def plugin_path(folder: Path, module: Path, entry_point: str) -> str:
+    """A folder, for a server's PYTHONPATH, holding `module` installed as the plugin `entry_point`.
+
+    A distribution's metadata (a dist-info with the `squirrel_mcp` entry point) beside
+    the module is what an install leaves, without building or installing a wheel.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(module, folder / module.name)
+    name = module.stem
+    info = folder / f"{name}-0.1.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n", encoding="utf-8")
+    (info / "entry_points.txt").write_text(f"[squirrel_mcp]\n{entry_point} = {name}\n", encoding="utf-8")
+    return str(folder)

@@ -444,16 +444,21 @@ def test_the_note_estimates_the_time_left_from_the_pace_so_far() -> None:
     assert ranker._duration(600) == "10 min" and ranker._duration(4 * 3600) == "4.0 h"
 
 
-def test_a_search_that_finds_another_busy_answers_lexically_within_the_bound(
+def test_a_search_that_finds_another_busy_answers_by_words_within_the_bound_saying_so(
     store: MemoryStore, tmp_path: Path
 ) -> None:
-    save_many(store, 2)
+    saved = save_many(store, 2)
     hybrid = open_hybrid(store, tmp_path / "v.bin", CountingModel(), [])
+    candidates = [Candidate(saved[1], 2.0, 1.0), Candidate(saved[0], 1.0, 0.5)]
     with hybrid._lock:
         began = time.monotonic()
         # The plugin's own rank (Flushing's would wait for the file, under the lock held here).
-        assert ranker.Hybrid.rank(hybrid, "q", [], 0, options()) is None
+        answer = ranker.Hybrid.rank(hybrid, "q", candidates, 2, options(limit=1))
         assert time.monotonic() - began < ranker.LOCK_WAIT + 1
+    # The word order, cut to the limit, with a note: an agent knows to search again.
+    assert answer is not None and answer.ranking == "lexical" and answer.note == ranker.BUSY
+    assert [hit.memory_id for hit in answer.hits] == [saved[1].id] and answer.total == 2
+    assert check_ranking(answer, candidates, options(limit=1), MemoryReader(store).get) is None
     assert hybrid.rank("q", [], 0, options()) is not None and not hybrid.failed
 
 

@@ -109,7 +109,11 @@ async def test_get_context_gives_profile_preferences_recent_and_counts(client: C
 
 async def test_save_points_at_likely_duplicates(client: Client) -> None:
     first = await save(client, "Is allergic to peanuts", category="profile")
-    answer = await call(client, "save_memory", text="Is allergic to peanuts", category="profile")
+    # The same words with a tag more: a memory of its own (an identical one is stored once).
+    answer = await call(
+        client, "save_memory", text="Is allergic to peanuts", category="profile", tags=["food"]
+    )
+    assert answer["memory"]["id"] != first["id"]
     assert [d["id"] for d in answer["possibleDuplicates"]] == [first["id"]]
     assert "update_memory" in answer["note"]
     unrelated = await call(client, "save_memory", text="Owns a red kayak")
@@ -152,13 +156,14 @@ async def test_delete_hides_and_restore_brings_back(client: Client) -> None:
     assert [(m["id"], m["deleted"]) for m in listed["memories"]] == [(saved["id"], True)]
     assert (await call(client, "get_memory", id=saved["id"]))["deleted"] is True
 
-    assert "already deleted" in await call_error(client, "delete_memory", id=saved["id"])
+    # A second delete changes nothing and says so; a correction of a deleted memory is refused.
+    assert "deleted already" in (await call(client, "delete_memory", id=saved["id"]))["note"]
     assert "restore_memory" in await call_error(client, "update_memory", id=saved["id"], text="x")
 
     restored = await call(client, "restore_memory", id=saved["id"])
     assert restored["memory"]["revision"] == 3 and restored["memory"]["text"] == "Has a cat named Miso"
     assert (await call(client, "search_memory", query="Miso"))["total"] == 1
-    assert "not deleted" in await call_error(client, "restore_memory", id=saved["id"])
+    assert "not deleted" in (await call(client, "restore_memory", id=saved["id"]))["note"]
     history = (await call(client, "get_memory", id=saved["id"], history=True))["history"]
     assert [h["change"] for h in history] == ["created", "deleted", "restored"]
 

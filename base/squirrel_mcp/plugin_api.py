@@ -12,6 +12,8 @@ but this module, the way an llm or datasette plugin needs only `llm.hookimpl` or
   of `RankedHit`s labelled with a `RankingLabel`; at most `MAX_NEAR_MISSES` near misses.
   While it is still preparing, a ranker can add a note for the agent (at most
   `MAX_NOTE_CHARS`) and its `Progress`, sent to a request that asked for progress.
+  A ranker that cannot use its own signal for one search (busy, not ready) answers
+  `rank_by_words(candidates, total, options, note)`: the word order, saying why.
 - `startup` gets a `Config` and a `MemoryReader`; `memories_changed` gets `Revision`s.
 - `doctor_checks` answers `Check`s: one line of `squirrel-mcp doctor` each.
 - `decay` and `age_days`: the recency weight the word ranking multiplies by, for a
@@ -60,6 +62,7 @@ from squirrel_mcp.search.ranking import (
     Ranking,
     RankingLabel,
     RankOptions,
+    rank_by_words,
 )
 from squirrel_mcp.server.results import SearchResult
 from squirrel_mcp.server.searching import MAX_SEARCH_LIMIT, run_search
@@ -96,6 +99,7 @@ __all__ = [
     "hookimpl",
     "open_in_place",
     "open_store",
+    "rank_by_words",
     "run_search",
     "seal_in_place",
 ]

@@ -3,8 +3,9 @@
 - `startup` (in the plugin's background thread): unless SQUIRREL_MEMORY_EMBEDDINGS=0,
   checks and starts the model, opens the account's vector file, writes the one
   start-up line (docs/hybrid.md) and starts the warm-up: a thread of the plugin's own
-  that embeds every memory without a current vector, a small batch at a time. Until
-  startup returns, search is lexical.
+  that embeds every memory without a current vector, a small batch at a time. A
+  search that comes before startup returns waits for it (the server's READY_WAIT,
+  3 s), then is answered by words with a note saying search by meaning is starting.
 - `memories_changed`: a memory whose revision moved loses its vector and is queued for
   the warm-up; a deleted one is forgotten.
 - `rank_memories`: embeds the query and ranks with `fusion.fuse` over the vectors so

@@ -6,7 +6,9 @@ meaning (a cosine at or above the model's floor, live, passing the filters), the
 to MAX_NEAR_MISSES near misses below the floor when asked. While memories are still
 waiting for their vectors, their word matches go to the front of the warm-up's queue
 and the answer carries a note saying how far the warm-up is and about how long it
-still needs. A runtime failure answers None (lexical search) and says so once.
+still needs. Vectors busy for longer than LOCK_WAIT: the word ranking, with the note
+BUSY (that search only). A runtime failure answers None (lexical search for the rest
+of the session) and says so once.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from squirrel_mcp.plugin_api import (
     RankOptions,
     age_days,
     decay,
+    rank_by_words,
 )
 from squirrel_mcp_embeddings import fusion, vectors
 from squirrel_mcp_embeddings.warmup import WarmUp
@@ -32,8 +35,12 @@ from squirrel_mcp_embeddings.warmup import WarmUp
 # Of a search's word matches still without a vector, this many are embedded next.
 URGENT = 64
 # A search that finds the vectors busy (another search ranking, the file being copied) waits this
-# long, then answers lexically: waiting longer could pass the host's 10 s bound on a ranker.
+# long, then answers by words, saying so: waiting longer could pass the host's 10 s bound on a ranker.
 LOCK_WAIT = 1.0
+BUSY = (
+    "Search by meaning was busy with other searches, so this answer is by words only: a memory "
+    "worded differently from the query may not be found. Search again in a moment."
+)
 
 
 def _duration(seconds: float) -> str:
@@ -78,14 +85,17 @@ class Hybrid(WarmUp):
     def rank(
         self, query: str, candidates: Sequence[Candidate], total: int, options: RankOptions
     ) -> Ranking | None:
-        """The fused ranking over the vectors so far; None (lexical) after a runtime failure or a LOCK_WAIT.
+        """The fused ranking over the vectors so far; None (lexical) after a runtime failure.
 
         Never embeds the backlog: while memories are still pending, their word matches are
         ranked by words (no semanticScore), the first URGENT of them go to the front of the
-        warm-up's queue, and the answer carries a note and its progress.
+        warm-up's queue, and the answer carries a note and its progress. Vectors busy for
+        LOCK_WAIT: the word ranking, with the note BUSY.
         """
-        if self.failed or not self._lock.acquire(timeout=LOCK_WAIT):
+        if self.failed:
             return None
+        if not self._lock.acquire(timeout=LOCK_WAIT):
+            return rank_by_words(candidates, total, options, BUSY)
         try:
             if self._closed:
                 return None

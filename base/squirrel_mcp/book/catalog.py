@@ -12,7 +12,9 @@ decrypted, so a call costs about its page:
   filled in one pass;
 - the indexes: for each category, each entity and each tag (ignoring case), the
   ids of the memories that have it (those by entity and tag are built at the first
-  listing that filters by them); and live counts per category.
+  listing that filters by them); and live counts per category;
+- by exact text, the ids of the memories saying it (built at the first save through
+  the tools, which looks for a live memory identical to the one it is given).
 
 A filtered page either walks the order from the newest, skipping memories that
 fail the filters, or picks the newest of the smallest index's matches, whichever
@@ -93,6 +95,8 @@ class Catalog:
         # Built at the first listing by entity or tag (most never ask): a vault's start does not pay for them.
         self._by_entity: dict[str, set[str]] | None = None
         self._by_tag: dict[str, set[str]] | None = None
+        # Built at the first `live_with_text` (the tools' save): a vault's start does not pay for it.
+        self._by_text: dict[str, set[str]] | None = None
         self._live_by_category = Counter[str]()
 
     def __len__(self) -> int:
@@ -146,8 +150,8 @@ class Catalog:
                 ids.add(i)
         self._by_category = by_category
         self._live_by_category = Counter(current[key[1]].category for key in self._live)
-        # Built again from `_current` at the first listing by entity or tag.
-        self._by_entity = self._by_tag = None
+        # Built again from `_current` at the first listing by entity or tag, or save.
+        self._by_entity = self._by_tag = self._by_text = None
 
     def _index(self, revision: Revision, *, ordered: bool) -> None:
         memory_id = revision.id
@@ -189,7 +193,19 @@ class Catalog:
             values.append((self._by_entity, revision.entity.casefold()))
         if self._by_tag is not None:
             values.extend((self._by_tag, tag) for tag in {tag.casefold() for tag in revision.tags})
+        if self._by_text is not None:
+            values.append((self._by_text, revision.text))
         return values
+
+    def live_with_text(self, text: str) -> list[Revision]:
+        """The live memories whose text is exactly `text`, oldest first (the index is built on first use)."""
+        if self._by_text is None:
+            by_text: dict[str, set[str]] = {}
+            for memory_id, revision in self._current.items():
+                by_text.setdefault(revision.text, set()).add(memory_id)
+            self._by_text = by_text
+        found = [self._current[i] for i in self._by_text.get(text, ())]
+        return sorted((r for r in found if not r.deleted), key=lambda r: (r.createdAt, r.id))
 
     def _lookups(self) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
         """The entity and tag indexes, built from the current revisions on first use."""

@@ -5,7 +5,9 @@ through `Log` (log.py: pull, open, seal, append), keeps what it decrypted in a
 `View` (view.py: every memory's history, the search index, the catalog) and turns
 the agent's operations into new revisions, under one lock. Before each operation
 it pulls what other processes appended since its last look, so two servers on
-one vault see each other's writes at their next call. A backend whose pulls cost
+one vault see each other's writes at their next call. An operation that would
+change nothing (deleting a deleted memory, a correction to what it already says,
+the tools' save of a memory identical to a live one) writes nothing. A backend whose pulls cost
 a round trip (the remote API) sets `pull_interval`: reads within that many
 seconds of the last pull use the view as it is, while a write always pulls
 first, so its conflict check sees the latest revision storage holds.
@@ -13,6 +15,9 @@ first, so its conflict check sees the latest revision storage holds.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -20,7 +25,7 @@ from contextlib import contextmanager
 
 from squirrel_mcp.book.catalog import Catalog
 from squirrel_mcp.book.checkpoint import Place
-from squirrel_mcp.book.errors import ConflictError, MemoryOperationError, NoAccountError
+from squirrel_mcp.book.errors import ConflictError, MemoryOperationError, NoAccountError, Unchanged
 from squirrel_mcp.book.log import Log
 from squirrel_mcp.book.snapshot import State
 from squirrel_mcp.book.view import View, collecting_later
@@ -32,11 +37,58 @@ from squirrel_mcp.storage.wire import MAX_RECORDS_PER_APPEND
 
 # The most records one append of an import holds: what the sync contract takes in one request.
 IMPORT_BATCH = MAX_RECORDS_PER_APPEND
+# The key the ids of `save_once` are derived under (see content_id).
+CONTENT_ID_PURPOSE = "memory-content-ids"
+# How often `save_once` looks again after its append was refused because another process
+# took the same id (saved the same memory) at the same moment; each look sees that save.
+SAVE_ATTEMPTS = 8
 
 
 def new_memory_id() -> str:
     """A random 64-bit id in hex: short for an agent to quote, unique enough for one person."""
     return secrets.token_hex(8)
+
+
+# What makes two memories the same for `save_once`: entity, text, category, tags, keywords.
+Fields = tuple[str, str, Category, list[str], list[str]]
+
+
+def _created(memory_id: str, fields: Fields) -> Revision:
+    """Revision 1 of a new memory of these fields, stamped now."""
+    entity, text, category, tags, keywords = fields
+    stamp = now_iso()
+    return Revision(
+        id=memory_id,
+        entity=entity,
+        text=text,
+        tags=tags,
+        keywords=keywords,
+        category=category,
+        createdAt=stamp,
+        updatedAt=stamp,
+        revision=1,
+        change="created",
+    )
+
+
+def keyed_id(key: bytes, parts: Sequence[object]) -> str:
+    """A memory id made of `parts` (JSON values): the first 8 bytes, in hex, of an HMAC-SHA256 under `key`.
+
+    The key is the account's own (derived from its data key), so storage, which sees
+    ids, cannot test a guess of the content against them.
+    """
+    message = json.dumps(list(parts), ensure_ascii=False).encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()[:16]
+
+
+def content_id(key: bytes, fields: Fields, attempt: int) -> str:
+    """The id `save_once` gives a memory of these fields (`keyed_id` under CONTENT_ID_PURPOSE's key).
+
+    Two processes saving the same memory at the same moment pick the same id, so the
+    log's one-revision-1-per-id rule lets only one of them in. `attempt` counts up past
+    ids already taken (a memory that said this once, then was corrected or deleted).
+    """
+    return keyed_id(key, [attempt, *fields])
 
 
 class MemoryStore:
@@ -272,48 +324,87 @@ class MemoryStore:
         tags: list[str],
         keywords: list[str],
     ) -> Revision:
-        """Store a new memory as revision 1."""
-        stamp = now_iso()
-        revision = Revision(
-            id=new_memory_id(),
-            entity=entity,
-            text=text,
-            tags=tags,
-            keywords=keywords,
-            category=category,
-            createdAt=stamp,
-            updatedAt=stamp,
-            revision=1,
-            change="created",
-        )
+        """Store a new memory as revision 1 (`save_once` if one just like it may be stored already)."""
+        revision = _created(new_memory_id(), (entity, text, category, tags, keywords))
         with self._lock:
             self._append([revision])
         return revision
+
+    def save_once(
+        self,
+        *,
+        entity: str,
+        text: str,
+        category: Category,
+        tags: list[str],
+        keywords: list[str],
+    ) -> tuple[Revision, bool]:
+        """The live memory with exactly these fields, else a new one: (that memory, whether it was written).
+
+        What the save_memory tool does, so that a retried save (its answer lost) or an
+        agent saving what it saved before stores the fact once. Judged after a pull; two
+        processes saving the same memory at the same moment make one memory, since both
+        try the same id (`content_id`) and storage takes only one revision 1 of it: the
+        other looks again and finds it.
+        """
+        fields: Fields = (entity, text, category, tags, keywords)
+        key = self._log.derive_key(CONTENT_ID_PURPOSE)
+        with self._lock:
+            for _ in range(SAVE_ATTEMPTS):
+                self.refresh()
+                same = self._identical(fields)
+                if same is not None:
+                    return same, False
+                attempt = 0
+                while (memory_id := content_id(key, fields, attempt)) in self._view.histories:
+                    attempt += 1
+                revision = _created(memory_id, fields)
+                try:
+                    self._append([revision])
+                except RevisionConflict:
+                    continue
+                return revision, True
+        raise ConflictError(
+            "other processes kept saving this same memory at the same moment; search for it, then retry"
+        )
+
+    def _identical(self, fields: Fields) -> Revision | None:
+        """The oldest live memory with exactly these (entity, text, category, tags, keywords), or None."""
+        for memory in self._view.catalog.live_with_text(fields[1]):
+            if (memory.entity, memory.text, memory.category, memory.tags, memory.keywords) == fields:
+                return memory
+        return None
 
     def _next(
         self,
         memory_id: str,
         change: Change,
         expected_revision: int | None,
-        was_deleted: bool,
-        refusal: str,
+        *,
+        unchanged: str,
+        refusal_if_deleted: str | None = None,
         **fields: object,
     ) -> Revision:
         """Write the next revision, with `fields` changed from the newest readable one.
 
-        That revision must be a tombstone if `was_deleted`, live otherwise (else
-        MemoryOperationError with `refusal`). It is judged after a pull, so a
-        delete made on another machine a second ago counts. The new revision's
-        number is one above the highest stored, readable or not: storage takes
-        only the next number, and an unreadable newest revision must not block
-        every later change.
+        When that revision already holds every one of `fields` (the reason aside),
+        nothing is written: Unchanged, with `unchanged` as its message. A tombstone is
+        refused with `refusal_if_deleted` when one is given. It is judged after a pull,
+        so a delete made on another machine a second ago counts. The new revision's
+        number is one above the highest stored, readable or not: storage takes only
+        the next number, and an unreadable newest revision must not block every later
+        change.
         """
         with self._lock:
             self.refresh()
             latest = self._view.latest(memory_id)
             number = self._view.histories[memory_id].latest_number() + 1
-            if latest.deleted != was_deleted:
-                raise MemoryOperationError(f"memory {memory_id} {refusal}")
+            if all(getattr(latest, name) == value for name, value in fields.items() if name != "reason"):
+                # Before the revision check: a correction retried after its answer was lost
+                # finds its own revision there, and is told so rather than refused.
+                raise Unchanged(f"memory {memory_id} {unchanged}", latest)
+            if latest.deleted and refusal_if_deleted is not None:
+                raise MemoryOperationError(f"memory {memory_id} {refusal_if_deleted}")
             if expected_revision is not None and latest.revision != expected_revision:
                 raise ConflictError(
                     f"memory {memory_id} is at revision {latest.revision}, not {expected_revision}: "
@@ -340,40 +431,30 @@ class MemoryStore:
         reason: str | None,
         expected_revision: int | None = None,
     ) -> Revision:
-        """A correction: the next revision with `changes` applied; the old one stays."""
+        """A correction: the next revision with `changes` applied; the old one stays.
+
+        Unchanged, writing nothing, when the memory is live and already holds every change.
+        """
         return self._next(
             memory_id,
             "corrected",
             expected_revision,
-            was_deleted=False,
-            refusal="is deleted; restore_memory it first",
+            unchanged="already says this; nothing was written",
+            refusal_if_deleted="is deleted; restore_memory it first",
             reason=reason,
+            deleted=False,
             **changes,
         )
 
     def delete(self, memory_id: str, *, reason: str | None) -> Revision:
-        """A tombstone revision; restore undoes it."""
+        """A tombstone revision; restore undoes it. Unchanged, writing nothing, when it is deleted already."""
         return self._next(
-            memory_id,
-            "deleted",
-            None,
-            was_deleted=False,
-            refusal="is already deleted",
-            deleted=True,
-            reason=reason,
+            memory_id, "deleted", None, unchanged="is already deleted", deleted=True, reason=reason
         )
 
     def restore(self, memory_id: str) -> Revision:
-        """Undo a delete: a new revision with the memory's content back."""
-        return self._next(
-            memory_id,
-            "restored",
-            None,
-            was_deleted=True,
-            refusal="is not deleted",
-            deleted=False,
-            reason=None,
-        )
+        """Undo a delete: a new revision with the content back; Unchanged (nothing written) when live."""
+        return self._next(memory_id, "restored", None, unchanged="is not deleted", deleted=False, reason=None)
 
     def import_history(self, revisions: list[Revision]) -> tuple[int, int, list[int]]:
         """Add an exported memory's revisions that this account lacks (`import_histories` of one)."""

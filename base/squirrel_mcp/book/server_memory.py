@@ -25,8 +25,6 @@ Errors name line numbers, fields and rules, never a value.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,7 +32,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.book.memories import MemoryStore, keyed_id
 from squirrel_mcp.book.reader import MemoryReader
 from squirrel_mcp.book.transfer import ImportFileError, problems
 from squirrel_mcp.core.models import Entity, MemoryText, Revision, Tag, now_iso
@@ -157,9 +155,8 @@ def plan(items: list[GraphEntity | GraphRelation]) -> list[Planned]:
 
 
 def memory_id(key: bytes, memory: Planned) -> str:
-    """The memory's id: the first 8 bytes, in hex, of an HMAC-SHA256 under the account's key."""
-    message = json.dumps([memory.kind, *memory.parts], ensure_ascii=False).encode()
-    return hmac.new(key, message, hashlib.sha256).hexdigest()[:16]
+    """The memory's id: a keyed hash of what it was made from, under the account's key."""
+    return keyed_id(key, [memory.kind, *memory.parts])
 
 
 def import_graph(

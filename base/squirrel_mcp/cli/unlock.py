@@ -121,6 +121,29 @@ def checkpoints(config: Config) -> Place:
     return Place(config.cache_dir / APP_NAME, location)
 
 
+def missing_passphrase(config: Config, *, existed: bool) -> str:
+    """What is wrong when the server starts without SQUIRREL_PASSPHRASE: a vault to open, or none yet.
+
+    Running `init` is the fix only where there is nothing to open: on an existing vault
+    it would be refused, and the passphrase is what the server's config lacks.
+    """
+    if config.remote:
+        return (
+            f"SQUIRREL_PASSPHRASE is not set: the account on {location(config)} opens only with its "
+            "passphrase; set SQUIRREL_PASSPHRASE in the server's env (the MCP client's config), or, for "
+            "a new account, run `squirrel-mcp init` first"
+        )
+    if existed:
+        return (
+            f"SQUIRREL_PASSPHRASE is not set: the vault at {config.vault_path} exists and opens only "
+            "with its passphrase; set SQUIRREL_PASSPHRASE to it in the server's env (the MCP client's config)"
+        )
+    return (
+        f"SQUIRREL_PASSPHRASE is not set and there is no vault at {config.vault_path} yet: run "
+        "`squirrel-mcp init` to create one (it asks for a passphrase and prints the MCP client's config)"
+    )
+
+
 def open_store(
     config: Config, *, create: bool, progress: Callable[[int, int], None] | None = None
 ) -> MemoryStore:
@@ -130,9 +153,9 @@ def open_store(
     `progress` becomes the store's (told how far each pull's decryption has got).
     """
     config.check()
-    if not config.passphrase and create:
-        raise UserError("SQUIRREL_PASSPHRASE is not set; run `squirrel-mcp init` to create a vault")
     existed = config.remote or config.vault_path.exists()
+    if not config.passphrase and create:
+        raise UserError(missing_passphrase(config, existed=existed))
     if create and config.passphrase and not existed:
         check_new_passphrase("SQUIRREL_PASSPHRASE", config.passphrase, "no vault was created")
     storage = open_storage(config, create=create)

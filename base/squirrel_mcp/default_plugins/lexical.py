@@ -9,17 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from squirrel_mcp.plugin_api import Candidate, RankedHit, Ranking, RankOptions, hookimpl
+from squirrel_mcp.plugin_api import Candidate, Ranking, RankOptions, hookimpl, rank_by_words
 
 
 @hookimpl(trylast=True)
 def rank_memories(candidates: Sequence[Candidate], total: int, options: RankOptions) -> Ranking:
     """The candidates in lexical order, cut to the limit; no near misses, no semantic score."""
-    return Ranking(
-        hits=[
-            RankedHit(candidate.memory.id, candidate.score, candidate.lexical_score)
-            for candidate in candidates[: options.limit]
-        ],
-        total=total,
-        ranking="lexical",
-    )
+    return rank_by_words(candidates, total, options)

@@ -33,7 +33,9 @@ def startup(
 
     Exists so a plugin can load what it needs (a model, a vector file) without
     holding up the MCP handshake: the server answers the client meanwhile, and it
-    calls no other hook of this plugin's until `startup` returns.
+    calls no other hook of this plugin's until `startup` returns. A search that
+    comes meanwhile waits for it, READY_WAIT (3 s) at most; past that it is answered
+    by words with a note saying search by meaning is starting (docs/plugins.md).
 
     - `config`: the server's settings, with the passphrase and API key removed.
     - `memories`: read-only access to the decrypted memories (`current()`, `get(id)`,
@@ -57,7 +59,10 @@ def rank_memories(
 
     Exists so a plugin can replace word ranking (e.g. fuse it with meaning). Stops at
     the first non-None result; the built-in lexical ranker runs last, so returning
-    None leaves the search to it (e.g. while a model is still loading).
+    None leaves the search to it (a signal turned off, or failed, for the session).
+    A ranker that cannot use its signal for this one search (busy, not ready yet)
+    answers `rank_by_words(candidates, total, options, note)` instead: the word
+    ranking, with a note telling the agent to search again shortly.
 
     - `query`: the agent's query, as typed. One with no letter or digit in any
       script comes with no candidates; the server adds its note to the answer

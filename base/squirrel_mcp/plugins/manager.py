@@ -13,9 +13,12 @@ values: a query or a memory's text must not reach a log.
 
 `PluginHost` runs the hooks. Each installed plugin gets a background thread for
 `startup`, `memories_changed` and `shutdown`, so a slow plugin neither holds up
-the MCP handshake nor another plugin. A ranker runs under a time bound, and an
-answer that raises, breaks the `Ranking` rules or comes too late is not used:
-that search is lexical, the plugin is set aside for the session, one line says so.
+the MCP handshake nor another plugin. A search waits up to READY_WAIT for a ranker
+whose startup has not returned yet (a model loading); past that it is answered by
+words, with STARTING_NOTE, so that an agent never takes "nothing found by words"
+for "nothing there". A ranker runs under a time bound, and an answer that raises,
+breaks the `Ranking` rules or comes too late is not used: that search is lexical,
+the plugin is set aside for the session, one line says so.
 """
 
 from __future__ import annotations
@@ -48,6 +51,15 @@ TRACE_ENV = "SQUIRREL_MCP_TRACE_HOOKS"
 DEFAULT_PLUGINS = {"lexical": "squirrel_mcp.default_plugins.lexical"}
 # A ranker still busy after this long is given up on for the session: the agent waits once, not per search.
 RANK_TIMEOUT = 10.0
+# How long a search waits for a ranker whose startup has not returned (its model still loading):
+# about what loading the embeddings plugin's model takes on a laptop, so that a host which starts
+# the server for one question gets it answered by meaning, while the wait stays well inside what
+# hosts allow a tool call. Past it the answer is by words, with STARTING_NOTE.
+READY_WAIT = 3.0
+STARTING_NOTE = (
+    "Search by meaning is still starting (its model is loading), so this answer is by words only: "
+    "a memory worded differently from the query is not found yet. Search again in a few seconds."
+)
 # How long the server waits, at exit, for every plugin's shutdown together.
 SHUTDOWN_TIMEOUT = 5.0
 
@@ -179,15 +191,19 @@ class PluginHost:
         log: Log = log_line,
         rank_timeout: float = RANK_TIMEOUT,
         notice: Log = notice_line,
+        ready_wait: float = READY_WAIT,
     ) -> None:
         """Host the plugins registered in `pm`; `log` writes one prefixed stderr line, `notice` one as is."""
         self.pm = pm
         self.rank_timeout = rank_timeout
+        self.ready_wait = ready_wait
         self._log = log
         self._notice = notice
         self._lock = threading.Lock()
         self._set_aside: set[str] = set()
         self._started: set[str] = set()
+        # Set once a plugin's startup is over, whether it returned or failed.
+        self._startup_over: dict[str, threading.Event] = {}
         self._workers: dict[str, _Worker] = {}
         self._store: MemoryStore | None = None
         # Start and shutdown may race (the server unlocks in a thread while the client
@@ -242,6 +258,7 @@ class PluginHost:
                 with self._lock:
                     self._started.add(name)
             worker = self._workers[name] = _Worker(name)
+            over = self._startup_over[name] = threading.Event()
             worker.submit(
                 functools.partial(
                     self._guarded,
@@ -253,23 +270,19 @@ class PluginHost:
                     notice=self._notice,
                 )
             )
+            # A worker runs its jobs in order, so this one runs once startup is over.
+            worker.submit(over.set)
         self._store = store
         store.listeners.append(self._changed)
 
     def wait_started(self, timeout: float) -> bool:
         """Wait until every plugin's startup hook has returned or failed; False if `timeout` passed first.
 
-        The server never waits (search is lexical until a plugin is ready); the recall
-        gate and the diagnostic do, so they measure the plugins' ranking, not a fall-back.
+        The server's searches wait at most READY_WAIT (`rank`); the recall gate and the
+        diagnostic wait longer, so they measure the plugins' ranking, not a fall-back.
         """
         deadline = time.monotonic() + timeout
-        for worker in self._workers.values():
-            done = threading.Event()
-            # A worker runs its jobs in order, so this one runs once startup is over.
-            worker.submit(done.set)
-            if not done.wait(max(0.0, deadline - time.monotonic())):
-                return False
-        return True
+        return all(over.wait(max(0.0, deadline - time.monotonic())) for over in self._startup_over.values())
 
     def _changed(self, revisions: Sequence[Revision]) -> None:
         changed = list(revisions)
@@ -327,20 +340,32 @@ class PluginHost:
         options: RankOptions,
         lookup: Callable[[str], Revision | None],
     ) -> Ranking:
-        """The first usable ranking, in pluggy's call order; the lexical default's when no other is."""
+        """The first usable ranking, in pluggy's call order; the lexical default's when no other is.
+
+        A ranker whose startup has not returned yet is waited for, READY_WAIT at most
+        in all; if one is still starting then, the lexical answer carries STARTING_NOTE.
+        """
         kwargs: dict[str, object] = {
             "query": query,
             "candidates": candidates,
             "total": total,
             "options": options,
         }
+        deadline: float | None = None
+        starting = False
         for impl in reversed(self.pm.hook.rank_memories.get_hookimpls()):
             name = impl.plugin_name
             if name in DEFAULT_PLUGINS:
                 # The built-in ranker is the server's own code: a failure there is a bug, and crashes loudly.
                 answer = one_plugin_caller(self.pm, "rank_memories", name)(**kwargs)
                 assert isinstance(answer, Ranking)
-                return answer
+                return dataclasses.replace(answer, note=STARTING_NOTE) if starting else answer
+            over = self._startup_over.get(name)
+            if name not in self._started and over is not None:
+                deadline = time.monotonic() + self.ready_wait if deadline is None else deadline
+                over.wait(max(0.0, deadline - time.monotonic()))
+                # Still starting, rather than failed (set aside, said on stderr): worth a retry soon.
+                starting = starting or not over.is_set()
             if name in self._set_aside or name not in self._started:
                 continue
             answer, failure = self._bounded(name, kwargs)

@@ -102,6 +102,25 @@ class Ranking:
     as a progress notification to a request that asked for progress. None once it is ready."""
 
 
+def rank_by_words(
+    candidates: Sequence[Candidate], total: int, options: RankOptions, note: str | None = None
+) -> Ranking:
+    """The candidates in lexical order, cut to the limit: the built-in ranker's answer, with `note`.
+
+    For a ranker that cannot rank by its own signal for this one search (busy, still
+    preparing) and says so: its answer is then exactly what word search would give.
+    """
+    return Ranking(
+        hits=[
+            RankedHit(candidate.memory.id, candidate.score, candidate.lexical_score)
+            for candidate in candidates[: options.limit]
+        ],
+        total=total,
+        ranking="lexical",
+        note=note,
+    )
+
+
 def _number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 

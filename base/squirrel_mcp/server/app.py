@@ -2,23 +2,28 @@
 
 The store may still be opening when the server starts (`Opening`): the handshake
 and tools/list never wait for it, a tool call does. Argument errors name the
-fields and rules, never the values.
+fields and rules, never the values; an argument a tool does not take is refused
+(`additionalProperties: false`), naming the one it probably meant.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
+import re
 from collections.abc import Callable
 from importlib import resources
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import anyio.from_thread
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.prompts import Prompt
-from pydantic import ValidationError
+from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
+from pydantic import ConfigDict, ValidationError
 
 from squirrel_mcp import __version__
 from squirrel_mcp.book.memories import MemoryStore
@@ -40,22 +45,64 @@ or outdated, correct it with update_memory instead of saving a second one."""
 
 # How many problems an invalid-arguments error lists.
 MAX_PROBLEMS = 8
+# An unknown argument's name is repeated in the error only when it looks like one: a key made of
+# anything else (a sentence, a memory's text sent in the wrong place) is not echoed.
+ARGUMENT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,39}")
 
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def describe_invalid(tool: str, error: ValidationError) -> str:
-    """A validation error without the rejected values: they may be memory text."""
-    problems = [
-        f"{'.'.join(str(part) for part in e['loc']) or 'arguments'}: {e['msg']}"
-        for e in error.errors(include_input=False)
-    ]
+def _unknown(name: str, known: list[str]) -> str:
+    """An argument the tool does not take, with the one it probably meant (case and _ or - aside)."""
+    if ARGUMENT_NAME.fullmatch(name) is None:
+        return "an argument this tool does not take (its name is not repeated: it is no argument name)"
+
+    def plain(word: str) -> str:
+        return word.casefold().replace("_", "").replace("-", "")
+
+    plains = {plain(argument): argument for argument in known}
+    close = difflib.get_close_matches(plain(name), plains, n=1, cutoff=0.6)
+    return f"unknown argument `{name}`" + (f"; did you mean `{plains[close[0]]}`?" if close else "")
+
+
+def describe_invalid(tool: str, error: ValidationError, known: list[str]) -> str:
+    """A validation error without the rejected values: they may be memory text.
+
+    `known` are the tool's arguments: an unknown one is named with the one it probably meant.
+    """
+    problems = []
+    unknown = False
+    for e in error.errors(include_input=False):
+        if e["type"] == "extra_forbidden" and len(e["loc"]) == 1:
+            unknown = True
+            problems.append(_unknown(str(e["loc"][0]), known))
+        else:
+            problems.append(f"{'.'.join(str(part) for part in e['loc']) or 'arguments'}: {e['msg']}")
     # Forty bad tags make forty problems; the first few say what to fix.
     if len(problems) > MAX_PROBLEMS:
         problems[MAX_PROBLEMS:] = [f"and {len(problems) - MAX_PROBLEMS} more"]
-    return f"invalid arguments for {tool}: " + "; ".join(problems)
+    takes = f" ({tool} takes {', '.join(known) or 'no arguments'})" if unknown else ""
+    return f"invalid arguments for {tool}: " + "; ".join(problems) + takes
+
+
+def strict(tool: Tool) -> Tool:
+    """The tool refusing arguments it does not take: `additionalProperties: false` in its input schema.
+
+    The SDK's argument model ignores unknown keys, so a misspelt `tag` would be dropped
+    and the memory saved without its tags; this one refuses them before the tool runs.
+    """
+    model = tool.fn_metadata.arg_model
+    refusing = cast(
+        type[ArgModelBase], type(model.__name__, (model,), {"model_config": ConfigDict(extra="forbid")})
+    )
+    return tool.model_copy(
+        update={
+            "fn_metadata": tool.fn_metadata.model_copy(update={"arg_model": refusing}),
+            "parameters": refusing.model_json_schema(by_alias=True),
+        }
+    )
 
 
 class SquirrelServer(MCPServer):
@@ -64,12 +111,18 @@ class SquirrelServer(MCPServer):
     Its tools wait for the store to open; everything else is answered at once.
     """
 
-    def __init__(self, opening: Opening) -> None:
-        """A server whose tools work on the store `opening` opens."""
+    def __init__(self, opening: Opening, tools: list[Tool]) -> None:
+        """A server of `tools`, working on the store `opening` opens."""
         super().__init__(
-            name="squirrel-mcp", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING"
+            name="squirrel-mcp",
+            version=__version__,
+            instructions=INSTRUCTIONS,
+            log_level="WARNING",
+            tools=tools,
         )
         self.opening = opening
+        # Each tool's arguments, as its input schema lists them: an unknown one is named against these.
+        self._arguments = {tool.name: list(tool.parameters.get("properties", {})) for tool in tools}
 
     async def run_stdio_async(self) -> None:
         """Serve over stdio through squirrel_mcp.server.stdio.
@@ -100,7 +153,8 @@ class SquirrelServer(MCPServer):
             return await super().call_tool(name, arguments, context)
         except ToolError as error:
             if isinstance(error.__cause__, ValidationError):
-                raise ToolError(describe_invalid(name, error.__cause__)) from error.__cause__
+                known = self._arguments.get(name, [])
+                raise ToolError(describe_invalid(name, error.__cause__, known)) from error.__cause__
             if isinstance(error.__cause__, StorageError):
                 # The vault went bad while serving: the agent hears what, rather than the
                 # SDK's bare "Error executing tool" (and no traceback goes to the log).
@@ -151,14 +205,18 @@ def create_server(store: MemoryStore | Opening, plugins: PluginHost | None = Non
     """
     opening = store if isinstance(store, Opening) else Opening(store)
     context = ToolContext(opening, plugins or PluginHost(get_plugin_manager()))
-    server = SquirrelServer(opening)
-    for tool in TOOLS:
-        server.add_tool(
-            _bind(tool.function, context),
-            title=tool.title,
-            description=inspect.cleandoc(tool.function.__doc__ or ""),
-            annotations=tool.annotations,
+    tools = [
+        strict(
+            Tool.from_function(
+                _bind(spec.function, context),
+                title=spec.title,
+                description=inspect.cleandoc(spec.function.__doc__ or ""),
+                annotations=spec.annotations,
+            )
         )
+        for spec in TOOLS
+    ]
+    server = SquirrelServer(opening, tools)
     server.add_prompt(
         Prompt.from_function(
             skill,

@@ -37,12 +37,18 @@ class DuplicateHint(BaseModel):
 class SaveResult(_DropNone):
     """What save_memory returns."""
 
-    memory: Memory
+    memory: Memory = Field(
+        description="The memory saved; or, when one just like it was stored already, that one."
+    )
     possibleDuplicates: list[DuplicateHint] = Field(
         description="Memories that may say the same thing. If one does, correct it with "
         "update_memory and delete the new one, rather than keep both."
     )
-    note: str | None = None
+    note: str | None = Field(
+        default=None,
+        description="Present when the memory was stored already (nothing was written) or similar "
+        "memories exist: what to do.",
+    )
 
 
 class SearchHit(_DropNone):
@@ -77,8 +83,8 @@ class SearchResult(_DropNone):
     ranking: Literal["lexical", "hybrid"]
     note: str | None = Field(
         default=None,
-        description="Present when the query cannot be searched as given, or the log as a whole failed "
-        "its check: what was found and what to do.",
+        description="Present when the query cannot be searched as given, search by meaning is still "
+        "starting or warming up, or the log as a whole failed its check: what was found and what to do.",
     )
 
 
@@ -108,6 +114,21 @@ class GetResult(_DropNone):
     )
 
 
+Section = Literal["profile", "preferences", "recent"]
+
+
+class LeftOut(BaseModel):
+    """A section of get_context cut at its bound: how many it left out, and how to list them."""
+
+    section: Section
+    shown: int
+    total: int = Field(description="How many memories the section would hold uncut.")
+    listWith: dict[str, str | int] = Field(
+        description="The list_memories arguments that list the section's memories, from the first "
+        "left out (no category for recent: every memory, most recently changed first)."
+    )
+
+
 class ContextResult(_DropNone):
     """What get_context returns."""
 
@@ -122,19 +143,28 @@ class ContextResult(_DropNone):
     olderRevision: list[str] = Field(
         description="Ids of memories shown at an older revision: their newest failed its integrity check."
     )
+    leftOut: list[LeftOut] = Field(
+        description="The sections cut at their bound, with how many were left out and how to list them."
+    )
     note: str | None = Field(
         default=None,
-        description="Present when the log as a whole failed its check (records removed, an older copy, "
-        "a different history): what was found and what the user can do.",
+        description="Present when a section was cut (how many were left out, how to list them) or the "
+        "log as a whole failed its check (records removed, an older copy, a different history).",
     )
 
 
-class ChangeResult(BaseModel):
+class ChangeResult(_DropNone):
     """What update_memory, delete_memory and restore_memory return."""
 
-    memory: Memory
+    memory: Memory = Field(description="The memory as it is now.")
     deleted: bool
-    previousRevision: int
+    previousRevision: int = Field(
+        description="The memory's revision before this call: memory.revision when nothing was written."
+    )
+    note: str | None = Field(
+        default=None,
+        description="Present when the memory already was as asked: nothing was written.",
+    )
 
 
 class ListedMemory(Memory):

@@ -42,7 +42,7 @@ def log_note(store: MemoryStore) -> str | None:
     )
 
 
-def _notes(*notes: str | None) -> str | None:
+def join_notes(*notes: str | None) -> str | None:
     """Notes joined into one, or None when there is none."""
     given = [note for note in notes if note is not None]
     return " ".join(given) if given else None
@@ -91,7 +91,7 @@ def run_search(
     )
     if outcome.note is not None and not everything:
         return SearchResult(
-            results=[], total=0, ranking="lexical", note=_notes(log_note(store), outcome.note)
+            results=[], total=0, ranking="lexical", note=join_notes(log_note(store), outcome.note)
         )
     ranked = host.rank(query, outcome.hits, outcome.total, options, store.live)
     found = {candidate.memory.id: candidate.memory for candidate in outcome.hits}
@@ -111,5 +111,5 @@ def run_search(
         results=views,
         total=ranked.total,
         ranking=ranked.ranking,
-        note=_notes(log_note(store), note, ranked.note),
+        note=join_notes(log_note(store), note, ranked.note),
     )

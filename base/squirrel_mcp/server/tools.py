@@ -15,6 +15,7 @@ registers them.
 from __future__ import annotations
 
 import contextvars
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,8 +27,8 @@ from mcp.types import ToolAnnotations
 from pydantic import Field, JsonValue
 from pydantic.json_schema import SkipJsonSchema
 
-from squirrel_mcp.book.catalog import Filters
-from squirrel_mcp.book.errors import MemoryOperationError
+from squirrel_mcp.book.catalog import Filters, Page
+from squirrel_mcp.book.errors import MemoryOperationError, Unchanged
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.core.models import (
     HALF_LIFE_DAYS,
@@ -49,15 +50,21 @@ from squirrel_mcp.server.results import (
     ContextResult,
     DuplicateHint,
     GetResult,
+    LeftOut,
     ListedMemory,
     ListResult,
     RevisionView,
     SaveResult,
     SearchResult,
+    Section,
 )
-from squirrel_mcp.server.searching import MAX_SEARCH_LIMIT, ProgressReport, log_note, run_search
+from squirrel_mcp.server.searching import MAX_SEARCH_LIMIT, ProgressReport, join_notes, log_note, run_search
 
 MAX_LIST_LIMIT = 100
+# How many profile and how many preference memories get_context returns at most: who the user is
+# and how they want things done, while the answer stays small enough to read at the start of every
+# session (50 preferences of a few sentences each are already some 35,000 characters).
+CONTEXT_SECTION_LIMIT = 50
 
 
 # Set by SquirrelServer.call_tool for the request it serves; the tool runs in a worker thread
@@ -131,6 +138,30 @@ def _listed(revision: Revision) -> ListedMemory:
     return ListedMemory.model_construct(**revision.model_dump(include=set(ListedMemory.model_fields)))
 
 
+def _left_out(section: Section, page: Page, list_with: dict[str, str | int]) -> LeftOut | None:
+    """The section's LeftOut when its page holds fewer memories than the section has, else None."""
+    if page.total <= len(page.memories):
+        return None
+    return LeftOut(section=section, shown=len(page.memories), total=page.total, listWith=list_with)
+
+
+def _left_out_note(cut: list[LeftOut]) -> str | None:
+    """The sentence saying which sections were cut and how to list the rest, or None."""
+    if not cut:
+        return None
+    parts = []
+    for section in cut:
+        arguments = json.dumps(section.listWith)
+        how = (
+            f"list_memories {arguments}" if section.listWith else "list_memories (every memory, newest first)"
+        )
+        parts.append(
+            f"{section.section} shows {section.shown} of {section.total}, {section.total - section.shown} "
+            f"left out: {how} lists them"
+        )
+    return "Cut at their bounds: " + "; ".join(parts) + "."
+
+
 def get_context(
     context: ToolContext,
     recent: Annotated[int, Field(ge=0, le=50, description="How many recent memories to include.")] = 10,
@@ -138,27 +169,43 @@ def get_context(
     """Start every session here: who the user is, their preferences, what changed lately.
 
     Returns profile and preference memories, the most recent other memories and
-    counts by category. Then search_memory before answering a question about the user.
+    counts by category. Profile and preferences hold at most 50 memories each, most
+    recently changed first, so that the answer stays small enough to read at the start
+    of every session; when a section has more, leftOut says how many were left out and
+    which list_memories call lists them. Then search_memory before answering a
+    question about the user.
     """
     others = frozenset(HALF_LIFE_DAYS) - {"profile", "preference"}
+    bound = CONTEXT_SECTION_LIMIT
     with context.store.reading() as catalog:
         # Each list costs about its length, not a sort of every memory: the catalog keeps the order.
-        profile = catalog.page(Filters(categories=frozenset({"profile"})), 0, 50).memories
-        preferences = catalog.page(Filters(categories=frozenset({"preference"})), 0, 50).memories
-        latest = catalog.page(Filters(categories=others), 0, recent).memories
+        profile = catalog.page(Filters(categories=frozenset({"profile"})), 0, bound)
+        preferences = catalog.page(Filters(categories=frozenset({"preference"})), 0, bound)
+        latest = catalog.page(Filters(categories=others), 0, recent)
         counts = catalog.live_counts()
         counted = {category: counts.get(category, 0) for category in HALF_LIFE_DAYS}
         total = catalog.live_count
         unreadable, older = context.store.unreadable_ids(), context.store.older_revision_ids()
+    cut = [
+        section
+        for section in (
+            _left_out("profile", profile, {"category": "profile", "offset": bound}),
+            _left_out("preferences", preferences, {"category": "preference", "offset": bound}),
+            # The other categories mixed: no one filter lists them alone.
+            _left_out("recent", latest, {}),
+        )
+        if section is not None
+    ]
     return ContextResult(
-        profile=[_view(memory) for memory in profile],
-        preferences=[_view(memory) for memory in preferences],
-        recent=[_view(memory) for memory in latest],
+        profile=[_view(memory) for memory in profile.memories],
+        preferences=[_view(memory) for memory in preferences.memories],
+        recent=[_view(memory) for memory in latest.memories],
         counts=counted,
         total=total,
         unreadable=unreadable,
         olderRevision=older,
-        note=log_note(context.store),
+        leftOut=cut,
+        note=join_notes(log_note(context.store), _left_out_note(cut)),
     )
 
 
@@ -219,10 +266,21 @@ def save_memory(
 
     Search first: if a memory already says this, correct it with update_memory
     instead. Give an entity, tags and keywords so it is found again. The answer
-    lists memories the new one may duplicate.
+    lists memories the new one may duplicate. Saving a memory identical to a stored
+    one (same entity, text, category, tags and keywords) writes nothing and answers
+    the stored one, so a retried save stores the fact once.
     """
     with _as_tool_error():
-        saved = context.store.save(entity=entity, text=text, category=category, tags=tags, keywords=keywords)
+        saved, written = context.store.save_once(
+            entity=entity, text=text, category=category, tags=tags, keywords=keywords
+        )
+    if not written:
+        return SaveResult(
+            memory=saved.memory(),
+            possibleDuplicates=[],
+            note=f"This memory was stored already (id '{saved.id}', saved {saved.createdAt}): nothing "
+            f"was written. To change it, correct it with update_memory(id='{saved.id}').",
+        )
     duplicates = bm25.likely_duplicates(context.store.index, saved)
     return SaveResult(
         memory=saved.memory(),
@@ -276,7 +334,8 @@ def update_memory(
 ) -> ChangeResult:
     """Correct a memory: writes a new revision, the old one stays readable in its history.
 
-    Prefer this to saving a second memory that contradicts the first.
+    Prefer this to saving a second memory that contradicts the first. A correction
+    to what the memory already says writes nothing and says so.
     """
     changes: dict[str, object] = {
         key: value
@@ -291,11 +350,20 @@ def update_memory(
     }
     if not changes:
         raise ToolError("nothing to change: give at least one of text, entity, category, tags, keywords")
-    with _as_tool_error():
-        revision = context.store.update(
-            id, changes=changes, reason=reason, expected_revision=expectedRevision
+
+    def unchanged(memory: Revision) -> str:
+        since = (
+            f" It is at revision {memory.revision}, not {expectedRevision}: it was changed since "
+            "you read it, to what you ask."
+            if expectedRevision is not None and expectedRevision != memory.revision
+            else ""
         )
-    return ChangeResult(memory=revision.memory(), deleted=False, previousRevision=revision.revision - 1)
+        return f"Memory {id} already says this: nothing was written.{since}"
+
+    return _change(
+        lambda: context.store.update(id, changes=changes, reason=reason, expected_revision=expectedRevision),
+        unchanged,
+    )
 
 
 def get_memory(
@@ -334,17 +402,47 @@ def delete_memory(
 
     Nothing is erased: the delete is a tombstone revision, the memory and its
     history stay in the vault, and restore_memory brings it back as it was.
+    Deleting a deleted memory writes nothing and says so.
     """
-    with _as_tool_error():
-        revision = context.store.delete(id, reason=reason)
-    return ChangeResult(memory=revision.memory(), deleted=True, previousRevision=revision.revision - 1)
+    return _change(
+        lambda: context.store.delete(id, reason=reason),
+        lambda memory: (
+            f"Memory {id} was deleted already: nothing was written. restore_memory(id='{id}') brings it back."
+        ),
+    )
 
 
 def restore_memory(context: ToolContext, id: IdArg) -> ChangeResult:
-    """Undo delete_memory: the memory comes back as it was."""
+    """Undo delete_memory: the memory comes back as it was.
+
+    Restoring a memory that is not deleted writes nothing and says so.
+    """
+    return _change(
+        lambda: context.store.restore(id),
+        lambda memory: f"Memory {id} is not deleted: nothing was written.",
+    )
+
+
+def _change(write: Callable[[], Revision], unchanged: Callable[[Revision], str]) -> ChangeResult:
+    """What a correction, delete or restore answers: the revision `write` wrote.
+
+    When the memory already was as asked, `write` wrote nothing: the memory as it is,
+    with the note `unchanged` makes of it. Other refusals are the agent's errors.
+    """
     with _as_tool_error():
-        revision = context.store.restore(id)
-    return ChangeResult(memory=revision.memory(), deleted=False, previousRevision=revision.revision - 1)
+        try:
+            revision = write()
+        except Unchanged as same:
+            memory = same.revision
+            return ChangeResult(
+                memory=memory.memory(),
+                deleted=memory.deleted,
+                previousRevision=memory.revision,
+                note=unchanged(memory),
+            )
+    return ChangeResult(
+        memory=revision.memory(), deleted=revision.deleted, previousRevision=revision.revision - 1
+    )
 
 
 def list_memories(
@@ -393,15 +491,13 @@ class ToolSpec:
 
 # Every tool works on the user's own vault only, so none is open-world. None is destructive:
 # a save adds a memory, a correction keeps the old revision in the history, a delete writes a
-# tombstone that restore_memory undoes; nothing is ever erased. Repeating a delete or a restore
-# with the same id changes nothing more (the second is refused: already deleted, not deleted),
-# so both are idempotent; a second save adds a second memory and a second identical correction
-# a second revision, so those are not.
+# tombstone that restore_memory undoes; nothing is ever erased. Every writer is idempotent: the
+# same call again changes nothing more, since each finds the memory already as asked and then
+# writes nothing (it answers the memory as it is, with a note): a save finds the identical memory
+# stored, a correction finds the memory saying it, a delete finds it deleted, a restore finds it
+# live. tests/test_agent_edges.py holds each tool to its hints, calling it twice.
 READS = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-ADDS = ToolAnnotations(
-    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
-)
-TOGGLES = ToolAnnotations(
+WRITES = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
 )
 
@@ -409,10 +505,10 @@ TOGGLES = ToolAnnotations(
 TOOLS = (
     ToolSpec(get_context, "Get the user's context", READS),
     ToolSpec(search_memory, "Search memories", READS),
-    ToolSpec(save_memory, "Save a memory", ADDS),
-    ToolSpec(update_memory, "Correct a memory", ADDS),
+    ToolSpec(save_memory, "Save a memory", WRITES),
+    ToolSpec(update_memory, "Correct a memory", WRITES),
     ToolSpec(get_memory, "Read a memory", READS),
-    ToolSpec(delete_memory, "Delete a memory (restorable)", TOGGLES),
-    ToolSpec(restore_memory, "Restore a deleted memory", TOGGLES),
+    ToolSpec(delete_memory, "Delete a memory (restorable)", WRITES),
+    ToolSpec(restore_memory, "Restore a deleted memory", WRITES),
     ToolSpec(list_memories, "List memories", READS),
 )
