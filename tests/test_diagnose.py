@@ -14,7 +14,9 @@ import json
 import os
 import pty
 import re
+import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -29,8 +31,9 @@ from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.cli.unlock import UserError
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp_embeddings.diagnose import read_questions
-from tests.conftest import PASSPHRASE, call, needs_model, server_params
+from tests.conftest import PASSPHRASE, call, needs_model, run_cli, secrets_of_this_test, server_params
 from tests.recall.corpus import BY_ID, CORPUS, QUERIES, revision
+from tests.ui_support import create_vault
 
 pytestmark = needs_model
 SCRIPT = Path(sys.executable).with_name("squirrel-mcp-diagnose")
@@ -229,6 +232,7 @@ def test_a_wrong_passphrase_is_one_line_and_leaves_nothing(served: dict[str, Any
         ('[{"query": "a secret query", "expect": 3}]', "non-empty strings"),
         ('[{"query": "a secret query"}]', "exactly the keys"),
         ('[{"query": "a secret query", "expect": "x", "more": 1}]', "exactly the keys"),
+        ("[" * 200_000, "nested too deeply"),
     ],
 )
 def test_a_bad_queries_file_is_refused_without_quoting_it(tmp_path: Path, content: str, message: str) -> None:
@@ -237,3 +241,89 @@ def test_a_bad_queries_file_is_refused_without_quoting_it(tmp_path: Path, conten
     with pytest.raises(UserError, match=message) as refused:
         read_questions(path)
     assert "secret" not in str(refused.value)
+
+
+def export_of(texts: list[str], first: int) -> bytes:
+    """An export file holding one memory per text, with ids counted from `first`."""
+    stamp = "2026-01-01T00:00:00Z"
+    memories = []
+    for number, text in enumerate(texts, first):
+        revision = {
+            "id": f"{number:016x}",
+            "entity": "user",
+            "text": text,
+            "tags": [],
+            "keywords": [],
+            "category": "note",
+            "createdAt": stamp,
+            "updatedAt": stamp,
+            "revision": 1,
+            "change": "created",
+        }
+        memories.append({"id": revision["id"], "revisions": [revision]})
+    export = {"format": "squirrel-mcp-export", "version": 1, "exportedAt": stamp, "exportedBy": "a test"}
+    return json.dumps({**export, "memories": memories}).encode()
+
+
+def cache_files(root: Path) -> dict[str, tuple[bytes, int]]:
+    return {
+        str(path.relative_to(root)): fingerprint(path) for path in sorted(root.rglob("*")) if path.is_file()
+    }
+
+
+@pytest.mark.anyio
+async def test_a_log_rolled_back_below_this_machines_checkpoint_is_reported_as_serve_does(
+    tmp_path: Path,
+) -> None:
+    env = {
+        "SQUIRREL_VAULT": str(tmp_path / "data" / "vault.sqlite3"),
+        "SQUIRREL_PASSPHRASE": PASSPHRASE,
+        "HOME": str(tmp_path / "home"),
+        "XDG_CACHE_HOME": str(tmp_path / "xdg-cache"),
+        "SQUIRREL_MCP_PLUGINS": "",
+    }
+    create_vault(env)
+    vault = Path(env["SQUIRREL_VAULT"])
+    # Two imports through the command line: this machine's checkpoint records four records.
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    first.write_bytes(export_of(["Keeps bees on the allotment", "Plays the cello on Sundays"], 1))
+    second.write_bytes(export_of(["Learns Welsh before breakfast", "Repairs clocks for neighbours"], 3))
+    assert run_cli(env, "import", str(first)).returncode == 0
+    copy = tmp_path / "copy.sqlite3"
+    source, target = sqlite3.connect(vault), sqlite3.connect(copy)
+    source.backup(target)
+    source.close()
+    target.close()
+    copy.chmod(0o600)
+    assert run_cli(env, "import", str(second)).returncode == 0
+    # The vault put back to the copy: two records, below the four this machine saw.
+    for suffix in ("", "-wal", "-shm"):
+        vault.with_name(vault.name + suffix).unlink(missing_ok=True)
+    shutil.copy(copy, vault)
+
+    async with Client(server_params(env)) as client:
+        assert "fewer than the 4" in (await call(client, "get_context"))["note"]
+    (served_line,) = secrets_of_this_test().stderr_files[-1].read_text(encoding="utf-8").splitlines()
+    assert "holds 2 records, fewer than the 4 this machine saw" in served_line
+
+    cache = tmp_path / "xdg-cache"
+    before = cache_files(cache)
+    queries = tmp_path / "queries.json"
+    queries.write_text(json.dumps([{"query": "bees", "expect": "bees"}]), encoding="utf-8")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    done = subprocess.run(
+        [str(SCRIPT), str(queries)],
+        env={**env, "PATH": os.environ["PATH"], "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    # The server's line, word for word; then the diagnostic as usual, on the memories the log holds.
+    assert done.stderr.splitlines() == [served_line, "memory: local embeddings ready"]
+    assert done.stdout.startswith("2 memories · ")
+    # Read-only: the checkpoint (and all else in the cache directory) as it was; the vectors went away.
+    assert cache_files(cache) == before
+    assert list(scratch.iterdir()) == []

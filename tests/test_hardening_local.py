@@ -38,7 +38,15 @@ from squirrel_mcp.cli.backup import EXIT_EXPORT_INCOMPLETE
 from squirrel_mcp.core.files import STALE_TEMP_SECONDS, TEMP_MARKER, atomic_write
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage.local import LocalVault
-from tests.conftest import PASSPHRASE, call, run_cli, secrets_of_this_test, served_error, server_params
+from tests.conftest import (
+    PASSPHRASE,
+    call,
+    call_error,
+    run_cli,
+    secrets_of_this_test,
+    served_error,
+    server_params,
+)
 
 # The cheapest scrypt a vault may carry, so each CLI run unlocks in milliseconds.
 CHEAP_KDF = crypto.KdfParams(salt=b"h" * crypto.SALT_BYTES, n=2**14)
@@ -174,6 +182,29 @@ def test_a_validation_error_is_one_line_naming_places_not_values(
     assert main.main(["export"]) == 1
     stderr = capsys.readouterr().err
     assert stderr == "squirrel-mcp: invalid data at: count\n"
+
+
+def test_an_unknown_key_in_an_export_is_named_by_its_place_not_its_name(
+    vault_env: dict[str, str], tmp_path: Path
+) -> None:
+    make_vault(Path(vault_env["SQUIRREL_VAULT"]))
+    exported = run_cli(vault_env, "export")
+    assert exported.returncode == 0, exported.stderr
+    data = json.loads(exported.stdout)
+    # A key is the file's own text: it could be anything, a memory's text too.
+    key = "Kept the spare key of the Fernsby marina under the doormat"
+    secrets_of_this_test().add(key)
+    places = []
+    for number, memory in enumerate(data["memories"]):
+        memory["revisions"][-1][key] = True
+        places.append(f"memories.{number}.revisions.{len(memory['revisions']) - 1}")
+    crafted = tmp_path / "crafted.json"
+    crafted.write_text(json.dumps(data), encoding="utf-8")
+    line = one_clear_line(run_cli(vault_env, "import", str(crafted)))
+    assert line == (
+        f"squirrel-mcp: {crafted} is not a valid squirrel-mcp-export file; problems at: "
+        + "; ".join(f"{place} (holds a field that is not defined there)" for place in places)
+    )
 
 
 # 2. Key-derivation parameters out of bounds ---------------------------------------------------
@@ -414,3 +445,154 @@ async def test_a_text_column_holding_ciphertext_gives_an_error_without_the_bytes
         assert "damaged or unreadable" in line and "not valid UTF-8" in line, line
         assert "with text" not in line
         assert base64.b64encode(bytes(blob)).decode()[:16] not in line
+
+
+# 6. Revision numbers past what storage holds --------------------------------------------------
+
+# The highest number SQLite stores: the review's record; one more overflows its INTEGER.
+SQLITE_MAX = 2**63 - 1
+
+
+def data_key(vault: Path) -> tuple[str, bytes]:
+    """The vault's account id and data key, unwrapped with the test passphrase (as a key holder could)."""
+    storage = LocalVault(vault, create=False)
+    try:
+        account = storage.load_account()
+    finally:
+        storage.close()
+    assert account is not None
+    key = crypto.unwrap_data_key(PASSPHRASE, account.kdf, account.account_id, account.wrapped_data_key)
+    return account.account_id, key
+
+
+def plant(vault: Path, memory_id: str, revision: int, text: str | None) -> None:
+    """A record at `revision` written with sqlite3: sealed under the data key with `text`, or garbage."""
+    if text is None:
+        ciphertext = os.urandom(200)
+    else:
+        account_id, key = data_key(vault)
+        stamp = "2026-01-01T00:00:00.000Z"
+        fields = {
+            "id": memory_id,
+            "entity": "camper van",
+            "text": text,
+            "tags": [],
+            "keywords": [],
+            "category": "fact",
+            "createdAt": stamp,
+            "updatedAt": stamp,
+            "revision": revision,
+            "change": "corrected",
+        }
+        ciphertext = crypto.seal(
+            key, json.dumps(fields).encode(), crypto.record_ad(account_id, memory_id, revision)
+        )
+    with sqlite3.connect(vault) as db:
+        db.execute(
+            "INSERT INTO records (memory_id, revision, ciphertext) VALUES (?, ?, ?)",
+            (memory_id, revision, ciphertext),
+        )
+    db.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("sealed", [True, False], ids=["sealed", "garbage"])
+async def test_a_record_at_revision_2_63_minus_1_leaves_the_memory_usable(
+    vault_env: dict[str, str], sealed: bool
+) -> None:
+    vault = Path(vault_env["SQUIRREL_VAULT"])
+    van, other = make_vault(vault)
+    planted = "Parks the camper van on the moon, says a planted record"
+    secrets_of_this_test().add(planted)
+    plant(vault, van, SQLITE_MAX, planted if sealed else None)
+    # A memory whose only record is past the bound has no readable revision.
+    lone = "0123456789abcdef"
+    plant(vault, lone, SQLITE_MAX, planted if sealed else None)
+    # At the bound itself: readable below it, but no revision can follow it.
+    plant(vault, other, 2**31 - 1, None)
+
+    async with Client(server_params(vault_env)) as client:
+        got = await call(client, "get_memory", id=van, history=True)
+        assert (got["memory"]["revision"], got["memory"]["text"]) == (3, LATEST_TEXT)
+        assert f"Revision {SQLITE_MAX} of this memory failed its integrity check" in got["note"]
+        assert "writes revision 4 on top of it" in got["note"]
+        assert [h["revision"] for h in got["history"]] == [1, 2, 3]
+        context = await call(client, "get_context")
+        assert context["unreadable"] == [lone]
+        assert sorted(context["olderRevision"]) == sorted([van, other])
+        # Update, delete and restore write 4, 5, 6: the record past the bound is not counted.
+        updated = await call(client, "update_memory", id=van, text=NEW_TEXT, reason=REASON)
+        assert updated["memory"]["revision"] == 4
+        deleted = await call(client, "delete_memory", id=van, reason="sold the van")
+        assert deleted["deleted"] and deleted["memory"]["revision"] == 5
+        restored = await call(client, "restore_memory", id=van)
+        assert restored["memory"]["revision"] == 6
+        got = await call(client, "get_memory", id=van)
+        assert (got["memory"]["revision"], got["memory"]["text"]) == (6, NEW_TEXT)
+        # The memory at the bound: read at its revision, refused in words when changed.
+        got = await call(client, "get_memory", id=other)
+        assert got["memory"]["revision"] == 1 and "cannot be changed" in got["note"]
+        error = await call_error(client, "update_memory", id=other, text=NEW_TEXT)
+        assert f"memory {other} has a revision {2**31 - 1}, the highest a record can have" in error, error
+        error = await call_error(client, "get_memory", id=lone)
+        assert lone in error and "unreadable" in error, error
+    server_stderr = secrets_of_this_test().stderr_files[-1].read_text(encoding="utf-8")
+    assert "Traceback" not in server_stderr and "Error" not in server_stderr, server_stderr
+
+    # The command line agrees: export names what it left out, by number; doctor finds the log fine.
+    result = run_cli(vault_env, "export")
+    stderr = result.stderr.decode()
+    assert result.returncode == EXIT_EXPORT_INCOMPLETE, stderr
+    assert "Traceback" not in stderr
+    assert f"memory {van}: revision {SQLITE_MAX}" in stderr
+    assert f"memory {lone}: every revision" in stderr
+    assert revisions_by_id(result.stdout)[van] == [1, 2, 3, 4, 5, 6]
+    doctor = run_cli(vault_env, "doctor")
+    assert "✓ log integrity" in doctor.stdout.decode(), doctor.stdout.decode()
+
+
+@pytest.mark.parametrize("revision", [2**63, 2**31, SQLITE_MAX])
+def test_an_export_file_with_a_revision_past_the_bound_is_one_line(
+    vault_env: dict[str, str], tmp_path: Path, revision: int
+) -> None:
+    make_vault(Path(vault_env["SQUIRREL_VAULT"]))
+    exported = run_cli(vault_env, "export")
+    assert exported.returncode == 0, exported.stderr
+    data = json.loads(exported.stdout)
+    data["memories"][0]["revisions"][-1]["revision"] = revision
+    crafted = tmp_path / "crafted.json"
+    crafted.write_text(json.dumps(data), encoding="utf-8")
+    target = {**vault_env, "SQUIRREL_VAULT": str(tmp_path / "elsewhere" / "vault.sqlite3")}
+    assert run_cli(target, "init").returncode == 0
+    line = one_clear_line(run_cli(target, "import", str(crafted)))
+    last = len(data["memories"][0]["revisions"]) - 1
+    assert f"problems at: memories.0.revisions.{last}.revision (" in line, line
+    assert "less than or equal to 2147483647" in line, line
+    assert json.loads(run_cli(target, "export").stdout)["memories"] == []
+
+
+# 7. JSON nested too deeply for Python's parser ------------------------------------------------
+
+DEEP = 200_000
+
+
+@pytest.mark.parametrize("importer", [(), ("--from", "server-memory")], ids=["export file", "server-memory"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "[" * DEEP,
+        '{"format": "squirrel-mcp-export", "version": 1, "memories": ' + "[" * DEEP + "]" * DEEP + "}",
+        '{"type": "entity", "name": "x", "entityType": "y", "observations": ' + '{"a": ' * DEEP,
+    ],
+    ids=["arrays", "inside an export", "inside an entity"],
+)
+def test_json_nested_too_deeply_is_one_line(
+    vault_env: dict[str, str], tmp_path: Path, importer: tuple[str, ...], content: str
+) -> None:
+    make_vault(Path(vault_env["SQUIRREL_VAULT"]))
+    deep = tmp_path / "deep.json"
+    deep.write_text(content, encoding="utf-8")
+    line = one_clear_line(run_cli(vault_env, "import", *importer, str(deep)))
+    assert line.startswith(f"squirrel-mcp: {deep} "), line
+    assert "JSON nested too deeply to read" in line, line
+    assert "RecursionError" not in line

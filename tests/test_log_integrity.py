@@ -25,7 +25,7 @@ from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage import SealedRecord
 from squirrel_mcp.storage.local import LocalVault
-from tests.conftest import call, call_error, run_cli, secrets_of_this_test, server_params
+from tests.conftest import PASSPHRASE, call, call_error, run_cli, secrets_of_this_test, server_params
 from tests.ui_support import create_vault, library, running_ui
 from tests.ui_support import save as ui_save
 
@@ -43,6 +43,7 @@ def watch(path: Path, pulled: list[SealedRecord]) -> LogWatch:
     """A watch that read the checkpoint, pulled `pulled` as its first (full) pull and checked it."""
     seen = LogWatch(path, KEY, ACCOUNT)
     seen.pulled(pulled)
+    seen.checked([])
     seen.opened()
     return seen
 
@@ -79,12 +80,15 @@ def test_the_checkpoint_is_sealed_private_and_moves_forward(tmp_path: Path) -> N
 
     # It pulls less than the first saw (the first wrote meanwhile), and never moves the checkpoint back.
     behind.pulled(records("a"))
+    behind.checked([])
     behind.opened()
     assert behind.problem is None
     assert read_checkpoint(path, KEY, ACCOUNT).count == 3  # type: ignore[union-attr]
     behind.pulled(records("b"))
+    behind.checked([])
     assert read_checkpoint(path, KEY, ACCOUNT).count == 3  # type: ignore[union-attr]
     behind.pulled(records("c", "d"))
+    behind.checked([])
     assert behind.problem is None
     assert read_checkpoint(path, KEY, ACCOUNT).count == 4  # type: ignore[union-attr]
 
@@ -116,6 +120,7 @@ def test_a_running_process_sees_another_accept_and_writes_again(tmp_path: Path) 
     assert first.write_refusal() is None and first.problem is None
     # Once accepted, it moves the checkpoint on again.
     first.pulled(records("x"))
+    first.checked([])
     assert read_checkpoint(path, KEY, ACCOUNT).count == 3  # type: ignore[union-attr]
 
 
@@ -332,6 +337,91 @@ async def test_a_record_deleted_and_another_written_is_a_different_history(vault
     await assert_diverged_then_accepted(
         vault_env, first, "no longer begins with the 2 records this machine saw in it (it holds 3)", 3
     )
+
+
+def _without_unique_revisions(vault: Path) -> None:
+    """Rebuild the vault's records table without UNIQUE (memory_id, revision): a storage that lost it."""
+    db = sqlite3.connect(vault)
+    with db:
+        db.executescript(
+            """
+            CREATE TABLE loose (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                memory_id TEXT NOT NULL,
+                revision INTEGER NOT NULL,
+                ciphertext BLOB NOT NULL
+            );
+            INSERT INTO loose SELECT seq, memory_id, revision, ciphertext FROM records;
+            DROP TABLE records;
+            ALTER TABLE loose RENAME TO records;
+            """
+        )
+    db.close()
+
+
+def _seal_revision(vault: Path, memory_id: str, revision: int, text: str) -> bytes:
+    """A record of `text` as revision `revision` of the memory, sealed under the data key (a key holder's)."""
+    storage = LocalVault(vault, create=False)
+    try:
+        account = storage.load_account()
+    finally:
+        storage.close()
+    assert account is not None
+    key = crypto.unwrap_data_key(PASSPHRASE, account.kdf, account.account_id, account.wrapped_data_key)
+    fields = {
+        "id": memory_id,
+        "entity": "user",
+        "text": text,
+        "tags": ["integrity"],
+        "keywords": [],
+        "category": "note",
+        "createdAt": "2026-01-01T00:00:00.000Z",
+        "updatedAt": "2026-01-01T00:00:00.000Z",
+        "revision": revision,
+        "change": "corrected",
+    }
+    return crypto.seal(
+        key, json.dumps(fields).encode(), crypto.record_ad(account.account_id, memory_id, revision)
+    )
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("second", ["sealed", "garbage"])
+async def test_a_second_record_for_a_revision_makes_the_log_diverged(
+    vault_env: dict[str, str], second: str
+) -> None:
+    vault = Path(vault_env["SQUIRREL_VAULT"])
+    async with Client(server_params(vault_env)) as client:
+        first = await _save(client, "The first memory of the integrity check")
+        # Revision 2, written and checkpointed by this machine.
+        await call(client, "update_memory", id=first, text="The first memory, corrected here")
+        other = await _save(client, "The second memory of the integrity check")
+    # A storage without its uniqueness rule takes a second revision 2 (another machine's, say).
+    _without_unique_revisions(vault)
+    planted = "The first memory, corrected on another machine"
+    secrets_of_this_test().add(planted)
+    ciphertext = _seal_revision(vault, first, 2, planted) if second == "sealed" else bytes(200)
+    db = sqlite3.connect(vault)
+    with db:
+        db.execute(
+            "INSERT INTO records (memory_id, revision, ciphertext) VALUES (?, 2, ?)", (first, ciphertext)
+        )
+    db.close()
+    problem = f"holds a second record for revision 2 of memory {first} (record 4 of the log)"
+
+    # The revision this machine saw is the one served; doctor names the problem.
+    async with Client(server_params(vault_env)) as client:
+        got = await call(client, "get_memory", id=first, history=True)
+        assert got["memory"]["text"] == "The first memory, corrected here"
+        assert [h["text"] for h in got["history"]][-1] == "The first memory, corrected here"
+    doctor = run_cli(vault_env, "doctor")
+    assert doctor.returncode == 1
+    assert any(
+        line.startswith("✗ log integrity: ") and problem in line
+        for line in doctor.stdout.decode().splitlines()
+    ), doctor.stdout.decode()
+    # The line, the notes, the refusals, as for any diverged log; accepted, it writes again.
+    await assert_diverged_then_accepted(vault_env, other, problem, 4)
 
 
 CORRECTION = b"text=Corrected+text&entity=user&category=note&reason=A+correction&revision=1"

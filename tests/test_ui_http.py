@@ -113,6 +113,31 @@ def test_token_cookie_host_and_origin(vault_env: dict[str, str], tmp_path: Path)
             assert store.get(memory.id).deleted
 
 
+def test_the_redirect_that_drops_the_token_stays_on_the_page(
+    vault_env: dict[str, str], tmp_path: Path
+) -> None:
+    create_vault(vault_env)
+    with running_ui(vault_env, tmp_path) as ui:
+        # The review's request: the redirect named another site ("//evil.example/x").
+        status, headers, _ = ui.request("GET", f"//evil.example/x?token={ui.token}")
+        assert status == 303
+        assert headers["location"] == "/evil.example/x"
+        session = {"Cookie": headers["set-cookie"].split(";")[0]}
+        # With the session, a token in the address is dropped the same way; each of these would
+        # leave the origin once a browser read it as a network-path reference.
+        for path, expected in [
+            ("//evil.example/x?q=1", "/evil.example/x?q=1"),
+            ("///evil.example", "/evil.example"),
+            ("/\\evil.example/x", "/%5Cevil.example/x"),
+            ("/%09/evil.example", "/%09/evil.example"),
+            ("/%2F%2Fevil.example", "/evil.example"),
+            ("/search?q=key", "/search?q=key"),
+        ]:
+            joiner = "&" if "?" in path else "?"
+            status, headers, _ = ui.request("GET", f"{path}{joiner}token=spent", headers=session)
+            assert (status, headers["location"]) == (303, expected), path
+
+
 def test_form_errors_name_the_rule_and_write_nothing(vault_env: dict[str, str], tmp_path: Path) -> None:
     create_vault(vault_env)
     with library(vault_env) as store:

@@ -125,16 +125,18 @@ def _first_line(stream: object) -> str:
 
 
 @contextmanager
-def running_ui(env: dict[str, str], tmp_path: Path, *args: str) -> Iterator[Ui]:
+def running_ui(env: dict[str, str], tmp_path: Path, *args: str, browser: bool = False) -> Iterator[Ui]:
     """`squirrel-mcp ui --no-browser --port 0` on the vault of `env`; stopped with Ctrl-C afterwards.
 
+    With `browser`, without `--no-browser`: it opens the browser that `env` names in BROWSER.
     Its stderr goes to tmp_path/stderr-ui-N.txt, which the leak scan of conftest reads.
     """
     secrets_of_this_test().add_env(env)
     stderr_path = tmp_path / f"stderr-ui-{len(list(tmp_path.glob('stderr-ui-*.txt')))}.txt"
+    options = [] if browser else ["--no-browser"]
     with stderr_path.open("w", encoding="utf-8") as stderr:
         process = subprocess.Popen(
-            [sys.executable, "-m", "squirrel_mcp", "ui", "--no-browser", "--port", "0", *args],
+            [sys.executable, "-m", "squirrel_mcp", "ui", *options, "--port", "0", *args],
             env={"PATH": os.environ["PATH"], **env},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

@@ -16,7 +16,10 @@ how far under the model's floor it is.
 What it prints is ids, ranks, scores and your own queries: never memory text,
 entities or tags. It writes no log. Its vectors go to a temporary directory,
 deleted when it finishes, fails or is interrupted (Ctrl-C, SIGTERM); the server's
-own vector file is neither read nor written.
+own vector file is neither read nor written. The log is checked against this
+machine's checkpoint as the server checks it (a log rolled back, or with records
+removed or changed, gets the server's line on stderr), but read-only: the
+diagnostic moves no checkpoint and writes nothing to the cache directory.
 """
 
 from __future__ import annotations
@@ -86,6 +89,8 @@ def read_questions(path: Path) -> list[Question]:
         data = json.loads(path.read_bytes())
     except json.JSONDecodeError as error:
         raise UserError(f"{path} is not valid JSON (line {error.lineno})") from None
+    except RecursionError:
+        raise UserError(f"{path} holds JSON nested too deeply to read") from None
     except UnicodeDecodeError:
         raise UserError(f"{path} is not UTF-8 text") from None
     if not isinstance(data, list) or not data:
@@ -228,10 +233,11 @@ def run(argv: list[str] | None = None) -> int:
         questions = read_questions(args.queries)
         if os.environ.get(hooks.ENABLED_VARIABLE, "").strip() == "0":
             raise UserError(f"{hooks.ENABLED_VARIABLE}=0 turns embeddings off; unset it to diagnose")
-        # The plugin keeps its vectors under the cache directory: here, the scratch one.
-        os.environ[vectors.CACHE_DIR_VARIABLE] = str(scratch)
+        # Read before the plugin's cache directory moves below: the log checkpoint is this machine's.
         config = with_api_key(Config.from_env())
-        store = open_store(config, create=False)
+        # The plugin keeps its vectors under the cache directory: for it, the scratch one.
+        os.environ[vectors.CACHE_DIR_VARIABLE] = str(scratch)
+        store = open_store(config, create=False, read_only=True)
         pm = get_plugin_manager()
         embeddings = hooks.EmbeddingsHooks()
         pm.register(embeddings, name="embeddings")

@@ -59,11 +59,15 @@ class Place:
 
     - `directory`: the cache directory's `squirrel-mcp` folder;
     - `location`: the storage the log is in (the vault's absolute path, or the
-      sync server's URL), so two copies of one account at two places are two logs.
+      sync server's URL), so two copies of one account at two places are two logs;
+    - `read_only`: for a process that only looks (the embeddings plugin's
+      diagnostic): its log is checked against the checkpoint as any other's, but it
+      never moves the checkpoint and writes no snapshot.
     """
 
     directory: Path
     location: str
+    read_only: bool = False
 
     def file(self, account_id: str, pattern: str = "log-{}.checkpoint") -> Path:
         """The file of `account_id` at this location named by `pattern`: the checkpoint by default.
@@ -136,6 +140,15 @@ class Checkpoint:
     link: bytes
 
 
+@dataclass(frozen=True)
+class Repeat:
+    """A record for a (memory, revision) the log already held: its place in the log (from 0), its address."""
+
+    position: int
+    memory_id: str
+    revision: int
+
+
 class CheckpointDamaged(Exception):
     """The checkpoint file exists but does not open (damaged, or sealed under another key)."""
 
@@ -192,13 +205,18 @@ def _file_lock(path: Path) -> Iterator[None]:
 class LogWatch:
     """One store's watch over its log: the chain it pulled, the checkpoint, and whether the two still agree.
 
-    The store calls `pulled` with every batch it pulls, `opened` after the first
-    (full) pull, and `write_refusal` before every write.
+    The store calls `pulled` with every batch it pulls, `checked` once it has
+    applied that batch (naming the records that repeat a memory's revision),
+    `opened` after the first (full) pull, and `write_refusal` before every write.
     """
 
-    def __init__(self, path: Path, key: bytes, account_id: str) -> None:
-        """Read the checkpoint now, before the store's first pull (see `opened` for why)."""
+    def __init__(self, path: Path, key: bytes, account_id: str, *, read_only: bool = False) -> None:
+        """Read the checkpoint now, before the store's first pull (see `opened` for why).
+
+        `read_only`: check the log against the checkpoint, never write it (`Place.read_only`).
+        """
         self.path = path
+        self.read_only = read_only
         self._key = key
         self._account_id = account_id
         self._lock = threading.Lock()
@@ -208,11 +226,23 @@ class LogWatch:
         self._opened = False
         self._write_failed = False
         self._before = self._read()
+        #: How many records at the log's start this machine saw before (its checkpoint) or accepted:
+        #: a repeat among them was accepted with them; one after them makes the log diverged.
+        self.trusted = 0 if self._before is None else self._before.count
+        # The smallest checkpoint count whose acceptance settles the problem (past a repeat, if one).
+        self._settled_at = 0
+        # How many records of the chain `checked` has seen applied.
+        self._checked = 0
 
     @classmethod
     def of(cls, place: Place, account_id: str, data_key: bytes) -> LogWatch:
         """The watch over `account_id`'s log at `place`, sealing with a key derived from `data_key`."""
-        return cls(place.file(account_id), crypto.derive_key(data_key, PURPOSE), account_id)
+        return cls(
+            place.file(account_id),
+            crypto.derive_key(data_key, PURPOSE),
+            account_id,
+            read_only=place.read_only,
+        )
 
     def _read(self) -> Checkpoint | None:
         """The checkpoint on disk; a damaged one sets `problem` and reads as None."""
@@ -225,9 +255,10 @@ class LogWatch:
             )
             return None
 
-    def _diverged(self, problem: str) -> None:
+    def _diverged(self, problem: str, settled_at: int = 0) -> None:
         if self.problem is None:
             self.problem = problem
+            self._settled_at = settled_at
             log_line(f"{problem}. {consequence()}")
 
     def _compare(self, checkpoint: Checkpoint) -> bool:
@@ -249,11 +280,31 @@ class LogWatch:
         return False
 
     def pulled(self, records: list[SealedRecord]) -> None:
-        """Chain the records of one pull; after the first, move the checkpoint forward."""
+        """Chain the records of one pull (`checked` moves the checkpoint forward once they are applied)."""
         with self._lock:
             self.chain.extend(records)
-            if self._opened and records:
+
+    def checked(self, repeats: list[Repeat]) -> None:
+        """The records pulled were applied; `repeats` held a (memory, revision) already in the log.
+
+        An honest storage holds each pair once (a unique key in the vault and on
+        the sync server), so a repeat past what this machine trusted is a record
+        replaced or added behind its back: the log has diverged. After the first
+        pull, the checkpoint then moves forward, unless the log diverged.
+        """
+        with self._lock:
+            for repeat in repeats:
+                if repeat.position >= self.trusted:
+                    self._diverged(
+                        f"the memory log holds a second record for revision {repeat.revision} of memory "
+                        f"{repeat.memory_id} (record {repeat.position + 1} of the log): storage keeps one "
+                        "record per revision, so one was replaced or added behind this machine's back",
+                        settled_at=repeat.position + 1,
+                    )
+                    break
+            if self._opened and self.chain.count > self._checked:
                 self._advance()
+            self._checked = self.chain.count
 
     def opened(self) -> None:
         """After the first pull (the whole log): it must extend the checkpoint read before it began.
@@ -269,7 +320,7 @@ class LogWatch:
 
     def _advance(self) -> None:
         """Write the chain's head as the checkpoint if it is further on, after checking the file once more."""
-        if self.problem is not None:
+        if self.problem is not None or self.read_only:
             return
         with _file_lock(self._lock_path()):
             current = self._read()
@@ -313,8 +364,9 @@ class LogWatch:
                 current = read_checkpoint(self.path, self._key, self._account_id)
             except CheckpointDamaged:
                 current = None
-            if current is not None and self.chain.extends(current):
+            if current is not None and self.chain.extends(current) and current.count >= self._settled_at:
                 self.problem = None
+                self.trusted = max(self.trusted, current.count)
                 self._advance()
                 return None
             return f"{self.problem}; nothing was written. {accept_advice()}"
@@ -324,6 +376,7 @@ class LogWatch:
         with self._lock, _file_lock(self._lock_path()):
             write_checkpoint(self.path, self._key, self._account_id, self.chain.head)
             self.problem = None
+            self.trusted = self.chain.count
             self._write_failed = False
             return self.chain.count
 

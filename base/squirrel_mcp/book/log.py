@@ -15,10 +15,10 @@ import time
 
 from pydantic import ValidationError
 
-from squirrel_mcp.book.checkpoint import LogWatch, Place
+from squirrel_mcp.book.checkpoint import LogWatch, Place, Repeat
 from squirrel_mcp.book.errors import LogDivergedError
 from squirrel_mcp.book.snapshot import Snapshots
-from squirrel_mcp.core.models import Revision
+from squirrel_mcp.core.models import MAX_REVISION, Revision
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage import SealedRecord, Storage
 
@@ -42,7 +42,7 @@ class Log:
         return pulled is None or time.monotonic() - pulled >= self.storage.pull_interval
 
     def pull(self) -> list[SealedRecord]:
-        """The records appended since the last pull, chained by the log watch."""
+        """The records appended since the last pull, chained by the log watch (then `checked`)."""
         started = time.monotonic()
         records, self._cursor = self.storage.changes_since(self._cursor)
         self._pulled_at = started
@@ -50,8 +50,19 @@ class Log:
             self.watch.pulled(records)
         return records
 
+    def checked(self, repeats: list[Repeat]) -> None:
+        """The last pull was applied, `repeats` naming its records for a (memory, revision) seen before."""
+        if self.watch is not None:
+            self.watch.checked(repeats)
+
     def open(self, record: SealedRecord) -> Revision | None:
-        """The revision a record seals; None when it fails its integrity check or its fields' rules."""
+        """The revision a record seals; None when it fails its integrity check or its fields' rules.
+
+        A record numbered past MAX_REVISION is never opened: no client writes one, so it
+        was damaged or planted (the view does not count it for the next revision either).
+        """
+        if not 1 <= record.revision <= MAX_REVISION:
+            return None
         ad = crypto.record_ad(self.account_id, record.memory_id, record.revision)
         try:
             plaintext = crypto.open_sealed(self._key, record.ciphertext, ad)

@@ -93,6 +93,9 @@ def _line(line: str) -> GraphEntity | GraphRelation:
         item = json.loads(line)
     except json.JSONDecodeError:
         raise ValueError("not JSON") from None
+    except RecursionError:
+        # Python's parser recurses once per level: arrays or objects a thousand deep stop it.
+        raise ValueError("JSON nested too deeply to read") from None
     if not isinstance(item, dict):
         raise ValueError("not a JSON object")
     kind = item.get("type")

@@ -87,6 +87,10 @@ class State:
     histories: list[History]
     index: IndexImage
 
+    def addresses(self) -> int:
+        """How many (memory, revision) pairs the state holds, readable or not: `count`, unless one repeats."""
+        return sum(len(revisions) + len(unreadable) for _, revisions, unreadable in self.histories)
+
 
 # The memory book's modules that decide what the store keeps of the records it opens (which
 # revisions, in what order, how they are opened), beside this one. Read by path, not imported:
@@ -238,9 +242,10 @@ def _image(sections: dict[str, memoryview], epoch: float) -> IndexImage:
 class Snapshots:
     """The snapshot file of one account's log at one place, the key it is sealed under, and its writes."""
 
-    def __init__(self, path: Path, key: bytes, account_id: str) -> None:
-        """The snapshot at `path`, sealed under `key` for `account_id`."""
+    def __init__(self, path: Path, key: bytes, account_id: str, *, read_only: bool = False) -> None:
+        """The snapshot at `path`, sealed under `key` for `account_id`; `read_only`: used, never written."""
         self.path = path
+        self.read_only = read_only
         self._key = key
         self._account_id = account_id
         #: How many records the snapshot read or last written covers (the store sets it when it uses one).
@@ -252,7 +257,10 @@ class Snapshots:
     def of(cls, place: Place, account_id: str, data_key: bytes) -> Snapshots:
         """The snapshot of `account_id`'s log at `place` (named like its checkpoint), keyed by `data_key`."""
         return cls(
-            place.file(account_id, "state-{}.snapshot"), crypto.derive_key(data_key, PURPOSE), account_id
+            place.file(account_id, "state-{}.snapshot"),
+            crypto.derive_key(data_key, PURPOSE),
+            account_id,
+            read_only=place.read_only,
         )
 
     def read(self, chain: LogChain) -> State | None:
@@ -275,7 +283,7 @@ class Snapshots:
 
         Not while a write is under way: the next pull (or `finish`) looks again.
         """
-        if count - self.covered < STALE_RECORDS:
+        if self.read_only or count - self.covered < STALE_RECORDS:
             return
         if self._writer is not None and self._writer.is_alive():
             return
@@ -289,7 +297,7 @@ class Snapshots:
         writer = self._writer
         if writer is not None:
             writer.join()
-        if count - self.covered >= STALE_RECORDS:
+        if not self.read_only and count - self.covered >= STALE_RECORDS:
             self._write_captured(capture)
 
     def _write_captured(self, capture: Callable[[], State | None]) -> None:

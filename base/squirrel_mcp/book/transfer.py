@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic_core import ErrorDetails
 
 from squirrel_mcp import __version__
 from squirrel_mcp.book.memories import MemoryStore
@@ -112,21 +113,35 @@ def _gaps(histories: list[list[Revision]], store: MemoryStore) -> list[str]:
     return [f"memory {memory_id}: {lines[memory_id]}" for memory_id in sorted(lines)]
 
 
+# What an error about a field the model does not define says in place of the field's name.
+UNDEFINED_FIELD = "holds a field that is not defined there"
+
+
+def _place_and_rule(error: ErrorDetails) -> tuple[str, str]:
+    """Where a validation error is, and the rule broken, naming no value and no key from the data.
+
+    Pydantic's locations are field names and list indices, except an unknown field's,
+    which is a key of the file (it may be anything, memory text too): that error names
+    the object holding it instead.
+    """
+    location, rule = list(error["loc"]), error["msg"]
+    if error["type"] == "extra_forbidden":
+        location, rule = location[:-1], UNDEFINED_FIELD
+    return ".".join(str(part) for part in location) or "(top level)", rule
+
+
 def field_locations(error: ValidationError) -> str:
     """The places a validation error names, without the values (they may be memory text)."""
-    places = sorted({".".join(str(part) for part in e["loc"]) or "(top level)" for e in error.errors()})
+    details = error.errors(include_url=False, include_input=False, include_context=False)
+    places = sorted({_place_and_rule(e)[0] for e in details})
     more = f" and {len(places) - 10} more" if len(places) > 10 else ""
     return ", ".join(places[:10]) + more
 
 
 def problems(error: ValidationError, limit: int = 10) -> str:
     """Each place a validation error names with the rule it broke, never the value (it may be memory text)."""
-    found = sorted(
-        {
-            f"{'.'.join(str(part) for part in e['loc']) or '(top level)'} ({e['msg']})"
-            for e in error.errors(include_input=False, include_context=False)
-        }
-    )
+    details = error.errors(include_url=False, include_input=False, include_context=False)
+    found = sorted({"{} ({})".format(*_place_and_rule(e)) for e in details})
     more = f" and {len(found) - limit} more" if len(found) > limit else ""
     return "; ".join(found[:limit]) + more
 
@@ -144,6 +159,11 @@ def parse_export(data: bytes, name: str = "the file") -> ExportFile:
     except json.JSONDecodeError as error:
         raise ImportFileError(
             f"{name} is not JSON (line {error.lineno}, column {error.colno}), so not a {FORMAT} file"
+        ) from None
+    except RecursionError:
+        # Python's parser recurses once per level: arrays or objects a thousand deep stop it.
+        raise ImportFileError(
+            f"{name} holds JSON nested too deeply to read, so not a {FORMAT} file"
         ) from None
     if not isinstance(loaded, dict) or loaded.get("format") != FORMAT:
         raise ImportFileError(

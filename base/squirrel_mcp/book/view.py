@@ -16,9 +16,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from squirrel_mcp.book.catalog import Catalog
+from squirrel_mcp.book.checkpoint import Repeat
 from squirrel_mcp.book.errors import UnknownMemoryError, UnreadableMemoryError
 from squirrel_mcp.book.snapshot import State
-from squirrel_mcp.core.models import Revision
+from squirrel_mcp.core.models import MAX_REVISION, Revision
 from squirrel_mcp.search.index import SearchIndex
 from squirrel_mcp.storage import SealedRecord
 
@@ -33,15 +34,17 @@ class History:
     A memory is served at its newest readable revision. Revisions above it that
     failed their integrity check (damaged, or a record a key holder or the server
     appended) are reported, not served; the next write goes above them all, so
-    a damaged newest revision never leaves a memory stuck.
+    a damaged newest revision never leaves a memory stuck. A record numbered past
+    MAX_REVISION is unreadable too, but the next write does not go above it: no
+    storage could hold that number.
     """
 
     revisions: dict[int, Revision] = field(default_factory=dict)
     unreadable: set[int] = field(default_factory=set)
 
     def latest_number(self) -> int:
-        """The highest revision number stored, readable or not: the next write is one above."""
-        return max([*self.revisions, *self.unreadable], default=0)
+        """The highest revision number stored (to MAX_REVISION), readable or not: the next is one above."""
+        return max([n for n in (*self.revisions, *self.unreadable) if n <= MAX_REVISION], default=0)
 
     def newest_readable(self) -> Revision | None:
         """The revision the memory is served at; None when no revision can be read."""
@@ -95,13 +98,25 @@ class View:
         records: list[SealedRecord],
         open_record: Callable[[SealedRecord], Revision | None],
         progress: Callable[[int, int], None] | None = None,
-    ) -> list[Revision]:
-        """Open `records`, pulled in log order, into the view; the latest revisions of those that changed."""
+    ) -> tuple[list[Revision], list[Repeat]]:
+        """Open `records`, pulled in log order, into the view.
+
+        Returns the latest revisions of the memories that changed, and the records
+        that repeat a (memory, revision) the view already holds. Storage holds each
+        pair once, so a repeat is a record replaced behind this machine's back: it
+        is not opened, the first record of the pair stays, and the store reports
+        the log as diverged.
+        """
+        start = self.count
         self.count += len(records)
+        repeats: list[Repeat] = []
         for done, record in enumerate(records, 1):
             if progress is not None and done % PROGRESS_STEP == 0:
                 progress(done, len(records))
             history = self.histories.setdefault(record.memory_id, History())
+            if record.revision in history.revisions or record.revision in history.unreadable:
+                repeats.append(Repeat(start + done - 1, record.memory_id, record.revision))
+                continue
             revision = open_record(record)
             if revision is None:
                 history.unreadable.add(record.revision)
@@ -122,7 +137,7 @@ class View:
         self.catalog.update(newest)
         if progress is not None and records:
             progress(len(records), len(records))
-        return changed
+        return changed, repeats
 
     def _note_readability(self, memory_id: str, history: History) -> None:
         """Keep `unreadable` and `older` current for a memory that changed."""

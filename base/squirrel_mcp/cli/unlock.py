@@ -112,13 +112,13 @@ def location(config: Config) -> str:
     return f"the vault at {config.vault_path}"
 
 
-def checkpoints(config: Config) -> Place:
+def checkpoints(config: Config, *, read_only: bool = False) -> Place:
     """Where this machine keeps the checkpoints of the configured log (squirrel_mcp.book.checkpoint)."""
     if config.api_base_url is not None:
         location = check_api_base_url(config.api_base_url)
     else:
         location = str(config.vault_path.resolve())
-    return Place(config.cache_dir / APP_NAME, location)
+    return Place(config.cache_dir / APP_NAME, location, read_only=read_only)
 
 
 def missing_passphrase(config: Config, *, existed: bool) -> str:
@@ -145,12 +145,19 @@ def missing_passphrase(config: Config, *, existed: bool) -> str:
 
 
 def open_store(
-    config: Config, *, create: bool, progress: Callable[[int, int], None] | None = None
+    config: Config,
+    *,
+    create: bool,
+    progress: Callable[[int, int], None] | None = None,
+    read_only: bool = False,
 ) -> MemoryStore:
     """Unlock the configured account (creating a local vault's first when `create` and it is missing).
 
     On a sync server only `init` creates the account: a missing one is NoAccountError.
     `progress` becomes the store's (told how far each pull's decryption has got).
+    `read_only` (a process that only looks, as the diagnostic): the log is checked
+    against this machine's checkpoint, which is never moved; nothing is written to
+    the cache directory (no snapshot, no key fingerprint).
     """
     config.check()
     existed = config.remote or config.vault_path.exists()
@@ -183,10 +190,13 @@ def open_store(
             )
             return store
         with explaining(config, storage):
-            store = MemoryStore.unlock(storage, passphrase, checkpoints(config), progress=progress)
+            store = MemoryStore.unlock(
+                storage, passphrase, checkpoints(config, read_only=read_only), progress=progress
+            )
         # The account read before the unlock: if the key changed in between, the next
         # unlock with this passphrase remembers the right one.
-        remember_key(config, account)
+        if not read_only:
+            remember_key(config, account)
         return store
     except BaseException:
         storage.close()

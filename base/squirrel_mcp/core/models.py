@@ -28,6 +28,12 @@ HALF_LIFE_DAYS: dict[str, float | None] = {
 }
 Category = Literal["profile", "preference", "fact", "project", "note", "event", "task"]
 
+# The highest revision number. Storage keeps revisions in INTEGER columns: 64 bits in SQLite
+# (the vault), 32 in PostgreSQL (the sync server), so this is what both hold and what the
+# sync API takes (storage/wire.py). A record, an export or a request past it is refused where
+# it enters: a revision this code could never write, which would leave a memory whose next
+# revision cannot be stored.
+MAX_REVISION = 2**31 - 1
 MAX_TEXT = 4000
 MAX_ENTITY = 200
 MAX_TAG = 64
@@ -138,7 +144,9 @@ class Memory(BaseModel):
     category: Category = Field(description="Kind of memory; sets how fast it fades in search.")
     createdAt: Timestamp = Field(description="When the memory was first saved (UTC).")
     updatedAt: Timestamp = Field(description="When this revision was written (UTC).")
-    revision: int = Field(ge=1, description="1 when saved, +1 on every correction, delete or restore.")
+    revision: int = Field(
+        ge=1, le=MAX_REVISION, description="1 when saved, +1 on every correction, delete or restore."
+    )
 
 
 class Revision(Memory):

@@ -32,6 +32,7 @@ from squirrel_mcp.book.errors import MemoryOperationError, Unchanged
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.core.models import (
     HALF_LIFE_DAYS,
+    MAX_REVISION,
     Category,
     Entity,
     Keywords,
@@ -375,6 +376,7 @@ def get_memory(
     with _as_tool_error():
         latest = context.store.get(id)
         skipped = context.store.unreadable_above(id)
+        following = context.store.next_revision(id)
         revisions = context.store.history(id) if history else None
     return GetResult(
         memory=latest.memory(),
@@ -383,11 +385,18 @@ def get_memory(
         note=(
             f"Revision {', '.join(map(str, skipped))} of this memory failed its integrity check "
             f"(damaged or tampered with), so this is revision {latest.revision}, the newest readable "
-            f"one. A correction or delete writes revision {skipped[-1] + 1} on top of it."
+            f"one. {_next_write(following)}"
             if skipped
             else None
         ),
     )
+
+
+def _next_write(number: int) -> str:
+    """What the note of a memory served at an older revision says a change would do."""
+    if number > MAX_REVISION:
+        return f"It holds revision {MAX_REVISION}, the highest a record can have, so it cannot be changed."
+    return f"A correction or delete writes revision {number} on top of it."
 
 
 def delete_memory(

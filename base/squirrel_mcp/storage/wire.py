@@ -42,9 +42,9 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from squirrel_mcp import storage
+from squirrel_mcp.core.models import MAX_REVISION
 from squirrel_mcp.keys.crypto import KDF_N_RANGE, KDF_P_RANGE, KDF_R_RANGE, KdfParams, kdf_cost_problem
 
-MAX_REVISION = 2**31 - 1
 MAX_CURSOR = 2**63 - 1
 MAX_RECORDS_PER_APPEND = 500
 # Bounds are on the base64 text, as the contract can state them exactly there.

@@ -5,8 +5,9 @@ Every request passes here before any page code runs:
 - the Host header must name 127.0.0.1 or localhost at this port, so a web page
   whose own domain was re-pointed at 127.0.0.1 (DNS rebinding) gets nothing;
 - the one-time token of the printed URL is traded, on the first visit, for a
-  session cookie (HttpOnly, SameSite=Strict) and a redirect to the same address
-  without the token, so the token is neither in the history nor reusable;
+  session cookie (HttpOnly, SameSite=Strict) and a redirect to the same path
+  without the token, so the token is neither in the history nor reusable (the
+  redirect is built from the path alone and never leaves this page: `same_origin`);
 - every later request needs that cookie: none is 401, a wrong one 403, with a
   one-line body and nothing else;
 - a write (any method but GET and HEAD) also needs an Origin header naming this
@@ -23,7 +24,7 @@ import functools
 import secrets
 from collections.abc import Callable
 from http.cookies import SimpleCookie
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -47,6 +48,8 @@ SECURITY_HEADERS = [
     (b"cross-origin-resource-policy", b"same-origin"),
 ]
 SAFE_METHODS = frozenset({"GET", "HEAD"})
+# Left as they are in a redirect's path (RFC 3986's pchar less the unreserved, which quote keeps).
+PATH_CHARACTERS = "/:@!$&'()*+,;="
 TOKEN_PARAMETER = "token"  # noqa: S105 - the query parameter's name, not a secret
 
 
@@ -57,10 +60,23 @@ UI_LOG = functools.partial(log_line, program="squirrel-mcp ui")
 class Guard:
     """ASGI middleware in front of the page: the checks of the module docstring."""
 
-    def __init__(self, app: ASGIApp, *, port: int, token: str, log: Callable[[str], None] = UI_LOG) -> None:
-        """Let through to `app` only requests for 127.0.0.1:`port` from the holder of `token`."""
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        port: int,
+        token: str,
+        redeemed: Callable[[], None] | None = None,
+        log: Callable[[str], None] = UI_LOG,
+    ) -> None:
+        """Let through to `app` only requests for 127.0.0.1:`port` from the holder of `token`.
+
+        `redeemed` is called once the token has been traded for the session (the
+        browser's hand-off file is then deleted).
+        """
         self._app = app
         self._token: str | None = token
+        self._redeemed = redeemed
         self._session = secrets.token_urlsafe(32)
         # Cookies are shared by every port of a host: the port in the name keeps two pages apart.
         self.cookie_name = f"squirrel_ui_{port}"
@@ -96,6 +112,8 @@ class Guard:
             await _plain(send, 403, "this token is not valid (each printed address opens once)")
             return
         self._token = None
+        if self._redeemed is not None:
+            self._redeemed()
         await self._redirect_without_token(scope, send, query, cookie=True)
 
     def _has_session(self, headers: dict[str, str]) -> bool:
@@ -106,7 +124,7 @@ class Guard:
         self, scope: Scope, send: Send, query: list[tuple[str, str]], *, cookie: bool
     ) -> None:
         rest = urlencode([(name, value) for name, value in query if name != TOKEN_PARAMETER])
-        location = scope["path"] + (f"?{rest}" if rest else "")
+        location = same_origin(scope["path"]) + (f"?{rest}" if rest else "")
         headers = [(b"location", location.encode())]
         if cookie:
             value = f"{self.cookie_name}={self._session}; Path=/; HttpOnly; SameSite=Strict"
@@ -130,6 +148,17 @@ class Guard:
             self._log(f"internal error ({type(error).__name__}) answering {scope['method']} a page")
             if not started:
                 await _plain(send, 500, "internal error; the terminal running squirrel-mcp ui names its type")
+
+
+def same_origin(path: str) -> str:
+    """`path` as a redirect that stays on this page: one leading slash, everything else escaped.
+
+    "//evil.example/x" as it is would be a network-path reference (another site), and
+    so would a backslash after the slash, or a tab between two slashes, once a browser
+    has turned the backslash into a slash or dropped the tab; escaped, none of them
+    leaves the origin.
+    """
+    return "/" + quote(path.lstrip("/"), safe=PATH_CHARACTERS)
 
 
 def _headers(scope: Scope) -> dict[str, str]:

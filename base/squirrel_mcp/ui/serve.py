@@ -1,5 +1,9 @@
 """Serve the page on 127.0.0.1 until Ctrl-C: print its one-time address, open the browser.
 
+The browser is opened on an owner-only file that forwards it to the address
+(squirrel_mcp.ui.handoff), never on the address itself: a browser's command line
+is readable by every local user, and the address carries the one-time token.
+
 uvicorn's own logging is off: an access log line carries the URL, and a URL
 here carries a search query. The guard logs failures by type only.
 """
@@ -9,6 +13,7 @@ from __future__ import annotations
 import secrets
 import socket
 import sys
+import threading
 import webbrowser
 from typing import TextIO
 
@@ -19,6 +24,7 @@ from squirrel_mcp.core.config import ConfigError
 from squirrel_mcp.plugins.manager import PluginHost
 from squirrel_mcp.ui.app import create_app
 from squirrel_mcp.ui.guard import Guard
+from squirrel_mcp.ui.handoff import Handoff
 
 LOOPBACK = "127.0.0.1"
 # Seconds Ctrl-C waits for open requests (a browser keeps connections open) before closing them.
@@ -54,28 +60,41 @@ def serve(
     open_browser: bool = True,
     out: TextIO = sys.stdout,
 ) -> None:
-    """Serve the page until interrupted; the address with its token goes to `out`, then the browser."""
+    """Serve the page until interrupted; the address with its token goes to `out`, then to the browser.
+
+    The browser gets it through a Handoff file, deleted once the token is redeemed
+    or when the page stops.
+    """
     sock = listen(port)
-    bound = int(sock.getsockname()[1])
-    token = secrets.token_urlsafe(32)
-    app = Guard(create_app(store, host, where=where), port=bound, token=token)
-    config = uvicorn.Config(
-        app,
-        log_config=None,
-        log_level="warning",
-        access_log=False,
-        lifespan="off",
-        server_header=False,
-        proxy_headers=False,
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN,
-    )
-    url = f"http://{LOOPBACK}:{bound}/?token={token}"
-    # The socket already listens: a browser connecting from now on waits in its queue.
-    print(f"Your memories, on this computer only: {url}", file=out, flush=True)
-    print("The address opens once; Ctrl-C stops the page.", file=out, flush=True)
-    if open_browser:
-        webbrowser.open(url)
+    handoff: Handoff | None = None
     try:
+        bound = int(sock.getsockname()[1])
+        token = secrets.token_urlsafe(32)
+        url = f"http://{LOOPBACK}:{bound}/?token={token}"
+        if open_browser:
+            handoff = Handoff.write(url)
+        redeemed = None if handoff is None else handoff.remove
+        app = Guard(create_app(store, host, where=where), port=bound, token=token, redeemed=redeemed)
+        config = uvicorn.Config(
+            app,
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            server_header=False,
+            proxy_headers=False,
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN,
+        )
+        # The socket already listens: a browser connecting from now on waits in its queue.
+        print(f"Your memories, on this computer only: {url}", file=out, flush=True)
+        print("The address opens once; Ctrl-C stops the page.", file=out, flush=True)
+        if handoff is not None:
+            # In a thread: a browser named by BROWSER is waited for, and it needs the page to answer.
+            threading.Thread(
+                target=webbrowser.open, args=(handoff.uri,), name="squirrel-mcp-ui-browser", daemon=True
+            ).start()
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         sock.close()
+        if handoff is not None:
+            handoff.remove()
