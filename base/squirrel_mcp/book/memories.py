@@ -15,9 +15,6 @@ first, so its conflict check sees the latest revision storage holds.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -26,6 +23,8 @@ from contextlib import contextmanager
 from squirrel_mcp.book.catalog import Catalog
 from squirrel_mcp.book.checkpoint import Place
 from squirrel_mcp.book.errors import ConflictError, MemoryOperationError, NoAccountError, Unchanged
+from squirrel_mcp.book.ids import CONTENT_ID_PURPOSE, Fields, content_id, created, new_memory_id
+from squirrel_mcp.book.importing import HistoryImport
 from squirrel_mcp.book.log import Log
 from squirrel_mcp.book.snapshot import State
 from squirrel_mcp.book.view import View, collecting_later
@@ -33,62 +32,10 @@ from squirrel_mcp.core.models import MAX_REVISION, Category, Change, Revision, n
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.search.index import SearchIndex
 from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, Storage
-from squirrel_mcp.storage.wire import MAX_RECORDS_PER_APPEND
 
-# The most records one append of an import holds: what the sync contract takes in one request.
-IMPORT_BATCH = MAX_RECORDS_PER_APPEND
-# The key the ids of `save_once` are derived under (see content_id).
-CONTENT_ID_PURPOSE = "memory-content-ids"
 # How often `save_once` looks again after its append was refused because another process
 # took the same id (saved the same memory) at the same moment; each look sees that save.
 SAVE_ATTEMPTS = 8
-
-
-def new_memory_id() -> str:
-    """A random 64-bit id in hex: short for an agent to quote, unique enough for one person."""
-    return secrets.token_hex(8)
-
-
-# What makes two memories the same for `save_once`: entity, text, category, tags, keywords.
-Fields = tuple[str, str, Category, list[str], list[str]]
-
-
-def _created(memory_id: str, fields: Fields) -> Revision:
-    """Revision 1 of a new memory of these fields, stamped now."""
-    entity, text, category, tags, keywords = fields
-    stamp = now_iso()
-    return Revision(
-        id=memory_id,
-        entity=entity,
-        text=text,
-        tags=tags,
-        keywords=keywords,
-        category=category,
-        createdAt=stamp,
-        updatedAt=stamp,
-        revision=1,
-        change="created",
-    )
-
-
-def keyed_id(key: bytes, parts: Sequence[object]) -> str:
-    """A memory id made of `parts` (JSON values): the first 8 bytes, in hex, of an HMAC-SHA256 under `key`.
-
-    The key is the account's own (derived from its data key), so storage, which sees
-    ids, cannot test a guess of the content against them.
-    """
-    message = json.dumps(list(parts), ensure_ascii=False).encode()
-    return hmac.new(key, message, hashlib.sha256).hexdigest()[:16]
-
-
-def content_id(key: bytes, fields: Fields, attempt: int) -> str:
-    """The id `save_once` gives a memory of these fields (`keyed_id` under CONTENT_ID_PURPOSE's key).
-
-    Two processes saving the same memory at the same moment pick the same id, so the
-    log's one-revision-1-per-id rule lets only one of them in. `attempt` counts up past
-    ids already taken (a memory that said this once, then was corrected or deleted).
-    """
-    return keyed_id(key, [attempt, *fields])
 
 
 class MemoryStore:
@@ -341,7 +288,7 @@ class MemoryStore:
         keywords: list[str],
     ) -> Revision:
         """Store a new memory as revision 1 (`save_once` if one just like it may be stored already)."""
-        revision = _created(new_memory_id(), (entity, text, category, tags, keywords))
+        revision = created(new_memory_id(), (entity, text, category, tags, keywords))
         with self._lock:
             self._append([revision])
         return revision
@@ -374,7 +321,7 @@ class MemoryStore:
                 attempt = 0
                 while (memory_id := content_id(key, fields, attempt)) in self._view.histories:
                     attempt += 1
-                revision = _created(memory_id, fields)
+                revision = created(memory_id, fields)
                 try:
                     self._append([revision])
                 except RevisionConflict:
@@ -487,56 +434,13 @@ class MemoryStore:
         """Add the revisions of exported memories that this account lacks, in few appends.
 
         Returns, for each memory in the order given, (added, already present,
-        conflicting revision numbers). A revision already here with the same content
-        counts as present, so an import can be run twice; one here with different
-        content is a conflict and is left alone.
-
-        One pull, then the missing revisions of many memories go together, at most
-        IMPORT_BATCH records per append (what the sync contract takes in one request;
-        a memory with a longer history goes alone, in order), and one pull at the end.
-        An append refused because a record it holds appeared meanwhile (another
-        process wrote one of its memories) is redone memory by memory after a pull,
-        each judged against what storage then holds. `progress` is told how many
-        memories are done, and of how many, after each append.
+        conflicting revision numbers): see importing.HistoryImport.
         """
-        results: list[tuple[int, int, list[int]]] = []
         with self._lock:
             self.refresh()
-            batch: list[Revision] = []
-            members: list[int] = []
-            for number, revisions in enumerate(histories):
-                missing, present, conflicts = self._view.compare(revisions)
-                if missing and batch and len(batch) + len(missing) > IMPORT_BATCH:
-                    self._import_batch(batch, members, histories, results)
-                    batch, members = [], []
-                    if progress is not None:
-                        progress(number, len(histories))
-                results.append((len(missing), present, conflicts))
-                if missing:
-                    batch.extend(missing)
-                    members.append(number)
-            self._import_batch(batch, members, histories, results)
+            importing = HistoryImport(self._view, self._log, self.refresh, self._append)
+            results = importing.run(histories, progress)
             self.refresh()
         if progress is not None:
             progress(len(histories), len(histories))
         return results
-
-    def _import_batch(
-        self,
-        batch: list[Revision],
-        members: list[int],
-        histories: Sequence[list[Revision]],
-        results: list[tuple[int, int, list[int]]],
-    ) -> None:
-        """Append one batch of an import; on a conflict, redo its memories one by one (import_histories)."""
-        if not batch:
-            return
-        try:
-            self._log.append(batch)
-        except RevisionConflict:
-            self.refresh()
-            for number in members:
-                missing, present, conflicts = self._view.compare(histories[number])
-                if missing:
-                    self._append(missing)
-                results[number] = (len(missing), present, conflicts)

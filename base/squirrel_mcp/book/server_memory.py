@@ -32,7 +32,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from squirrel_mcp.book.memories import MemoryStore, keyed_id
+from squirrel_mcp.book.ids import keyed_id
+from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.book.reader import MemoryReader
 from squirrel_mcp.book.transfer import ImportFileError, problems
 from squirrel_mcp.core.models import Entity, MemoryText, Revision, Tag, now_iso

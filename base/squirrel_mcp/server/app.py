@@ -30,9 +30,10 @@ from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager
 from squirrel_mcp.search.ranking import Progress
 from squirrel_mcp.server.opening import Opening
+from squirrel_mcp.server.registry import TOOLS
 from squirrel_mcp.server.searching import ProgressReport
 from squirrel_mcp.server.stdio import stdio_transport
-from squirrel_mcp.server.tools import TOOLS, ToolContext, request_progress
+from squirrel_mcp.server.tools import ToolContext, request_progress
 from squirrel_mcp.storage import StorageError
 
 INSTRUCTIONS = """\

@@ -7,55 +7,49 @@ bad arguments are refused before a tool runs) and its docstring the description
 the agent reads. Outputs are the Pydantic models of squirrel_mcp.server.results.
 Tool descriptions teach the habits of the agent skill
 (docs/skill/squirrel-notes/SKILL.md): start with get_context, search before
-answering, retry once with nearMisses, correct rather than duplicate. `TOOLS`
-lists them with their titles and hints to the host; squirrel_mcp.server.app
-registers them.
+answering, retry once with nearMisses, correct rather than duplicate.
+
+This module holds the reading tools and what every tool shares; the writing tools are
+in squirrel_mcp.server.writing, and squirrel_mcp.server.registry lists them all (`TOOLS`)
+with their titles and hints to the host for squirrel_mcp.server.app to register.
 """
 
 from __future__ import annotations
 
 import contextvars
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Concatenate
+from typing import Annotated
 
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
 from pydantic import Field, JsonValue
 from pydantic.json_schema import SkipJsonSchema
 
 from squirrel_mcp.book.catalog import Filters, Page
-from squirrel_mcp.book.errors import MemoryOperationError, Unchanged
+from squirrel_mcp.book.errors import MemoryOperationError
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.core.models import (
     HALF_LIFE_DAYS,
     MAX_REVISION,
     Category,
     Entity,
-    Keywords,
     Memory,
     MemoryId,
-    MemoryText,
-    Reason,
     Revision,
     Tags,
 )
 from squirrel_mcp.plugins.manager import PluginHost
-from squirrel_mcp.search import bm25
 from squirrel_mcp.server.opening import Opening
 from squirrel_mcp.server.results import (
-    ChangeResult,
     ContextResult,
-    DuplicateHint,
     GetResult,
     LeftOut,
     ListedMemory,
     ListResult,
     RevisionView,
-    SaveResult,
     SearchResult,
     Section,
 )
@@ -90,7 +84,7 @@ class ToolContext:
 
 
 @contextmanager
-def _as_tool_error() -> Iterator[None]:
+def as_tool_error() -> Iterator[None]:
     """Turn a refused operation (unknown id, stale revision) into the agent's error message."""
     try:
         yield
@@ -117,16 +111,17 @@ Unset = SkipJsonSchema[None]
 TagsFilter = Annotated[Tags | Unset, Field(description="Only memories carrying every one of these tags.")]
 
 
-def _absent_means_unset(schema: dict[str, JsonValue]) -> None:
+def absent_means_unset(schema: dict[str, JsonValue]) -> None:
     """Drop the `default: null` an Unset input would otherwise show."""
     schema.pop("default", None)
 
 
-def _revision_view(revision: Revision) -> RevisionView:
+def revision_view(revision: Revision) -> RevisionView:
+    """A revision as a history shows it."""
     return RevisionView.model_validate(revision.model_dump(include=set(RevisionView.model_fields)))
 
 
-def _view(revision: Revision) -> Memory:
+def memory_view(revision: Revision) -> Memory:
     """The public view of a revision, not checked again: its fields passed the same rules when read or made.
 
     Checking costs more than the rest of a listing (every character of the text is looked at).
@@ -134,8 +129,8 @@ def _view(revision: Revision) -> Memory:
     return Memory.model_construct(**revision.model_dump(include=set(Memory.model_fields)))
 
 
-def _listed(revision: Revision) -> ListedMemory:
-    """A revision as list_memories shows it (not checked again, as `_view`)."""
+def listed(revision: Revision) -> ListedMemory:
+    """A revision as list_memories shows it (not checked again, as `memory_view`)."""
     return ListedMemory.model_construct(**revision.model_dump(include=set(ListedMemory.model_fields)))
 
 
@@ -198,9 +193,9 @@ def get_context(
         if section is not None
     ]
     return ContextResult(
-        profile=[_view(memory) for memory in profile.memories],
-        preferences=[_view(memory) for memory in preferences.memories],
-        recent=[_view(memory) for memory in latest.memories],
+        profile=[memory_view(memory) for memory in profile.memories],
+        preferences=[memory_view(memory) for memory in preferences.memories],
+        recent=[memory_view(memory) for memory in latest.memories],
         counts=counted,
         total=total,
         unreadable=unreadable,
@@ -218,7 +213,7 @@ def search_memory(
     limit: Annotated[int, Field(ge=1, le=MAX_SEARCH_LIMIT, description="Most results to return.")] = 10,
     category: Annotated[
         Category | Unset,
-        Field(description="Only memories of this category.", json_schema_extra=_absent_means_unset),
+        Field(description="Only memories of this category.", json_schema_extra=absent_means_unset),
     ] = None,
     tags: TagsFilter = [],  # noqa: B006
     nearMisses: Annotated[
@@ -248,132 +243,13 @@ def search_memory(
     )
 
 
-def save_memory(
-    context: ToolContext,
-    text: Annotated[
-        MemoryText, Field(description="The memory: one fact, preference or event, self-contained.")
-    ],
-    entity: Annotated[
-        Entity,
-        Field(description="Who or what it is about, e.g. 'user', 'Anna (sister)', 'home network'."),
-    ] = "user",
-    category: CategoryArg = "note",
-    tags: Annotated[Tags, Field(description="Short labels, e.g. ['health', 'food'].")] = [],  # noqa: B006
-    keywords: Annotated[
-        Keywords, Field(description="Other words it should be found by: synonyms, names, abbreviations.")
-    ] = [],  # noqa: B006
-) -> SaveResult:
-    """Save a lasting memory about the user, encrypted.
-
-    Search first: if a memory already says this, correct it with update_memory
-    instead. Give an entity, tags and keywords so it is found again. The answer
-    lists memories the new one may duplicate. Saving a memory identical to a stored
-    one (same entity, text, category, tags and keywords) writes nothing and answers
-    the stored one, so a retried save stores the fact once.
-    """
-    with _as_tool_error():
-        saved, written = context.store.save_once(
-            entity=entity, text=text, category=category, tags=tags, keywords=keywords
-        )
-    if not written:
-        return SaveResult(
-            memory=saved.memory(),
-            possibleDuplicates=[],
-            note=f"This memory was stored already (id '{saved.id}', saved {saved.createdAt}): nothing "
-            f"was written. To change it, correct it with update_memory(id='{saved.id}').",
-        )
-    duplicates = bm25.likely_duplicates(context.store.index, saved)
-    return SaveResult(
-        memory=saved.memory(),
-        possibleDuplicates=[
-            DuplicateHint(
-                id=d.memory.id, entity=d.memory.entity, text=d.memory.text, overlap=round(d.score, 3)
-            )
-            for d in duplicates
-        ],
-        note=(
-            "Similar memories exist. If one says the same thing, correct it with update_memory "
-            f"and delete this one with delete_memory(id='{saved.id}')."
-            if duplicates
-            else None
-        ),
-    )
-
-
-def update_memory(
-    context: ToolContext,
-    id: IdArg,
-    text: Annotated[
-        MemoryText | Unset, Field(description="The corrected text.", json_schema_extra=_absent_means_unset)
-    ] = None,
-    entity: Annotated[
-        Entity | Unset, Field(description="The corrected entity.", json_schema_extra=_absent_means_unset)
-    ] = None,
-    category: Annotated[
-        Category | Unset, Field(description="The corrected category.", json_schema_extra=_absent_means_unset)
-    ] = None,
-    # Absent keeps the tags; an empty list clears them: no default can say "keep".
-    tags: Annotated[
-        Tags | Unset,
-        Field(description="The new tags (replace the old ones).", json_schema_extra=_absent_means_unset),
-    ] = None,
-    keywords: Annotated[
-        Keywords | Unset,
-        Field(description="The new keywords (replace the old ones).", json_schema_extra=_absent_means_unset),
-    ] = None,
-    reason: Annotated[
-        Reason | Unset,
-        Field(description="Why it changed, kept in the history.", json_schema_extra=_absent_means_unset),
-    ] = None,
-    expectedRevision: Annotated[
-        Annotated[int, Field(ge=1)] | Unset,
-        Field(
-            description="The revision you read; the correction is refused if it changed since.",
-            json_schema_extra=_absent_means_unset,
-        ),
-    ] = None,
-) -> ChangeResult:
-    """Correct a memory: writes a new revision, the old one stays readable in its history.
-
-    Prefer this to saving a second memory that contradicts the first. A correction
-    to what the memory already says writes nothing and says so.
-    """
-    changes: dict[str, object] = {
-        key: value
-        for key, value in (
-            ("text", text),
-            ("entity", entity),
-            ("category", category),
-            ("tags", tags),
-            ("keywords", keywords),
-        )
-        if value is not None
-    }
-    if not changes:
-        raise ToolError("nothing to change: give at least one of text, entity, category, tags, keywords")
-
-    def unchanged(memory: Revision) -> str:
-        since = (
-            f" It is at revision {memory.revision}, not {expectedRevision}: it was changed since "
-            "you read it, to what you ask."
-            if expectedRevision is not None and expectedRevision != memory.revision
-            else ""
-        )
-        return f"Memory {id} already says this: nothing was written.{since}"
-
-    return _change(
-        lambda: context.store.update(id, changes=changes, reason=reason, expected_revision=expectedRevision),
-        unchanged,
-    )
-
-
 def get_memory(
     context: ToolContext,
     id: IdArg,
     history: Annotated[bool, Field(description="Also return every earlier revision.")] = False,
 ) -> GetResult:
     """Read one memory by id, optionally with its full history of corrections."""
-    with _as_tool_error():
+    with as_tool_error():
         latest = context.store.get(id)
         skipped = context.store.unreadable_above(id)
         following = context.store.next_revision(id)
@@ -381,91 +257,36 @@ def get_memory(
     return GetResult(
         memory=latest.memory(),
         deleted=latest.deleted,
-        history=None if revisions is None else [_revision_view(r) for r in revisions],
+        history=None if revisions is None else [revision_view(r) for r in revisions],
         note=(
             f"Revision {', '.join(map(str, skipped))} of this memory failed its integrity check "
             f"(damaged or tampered with), so this is revision {latest.revision}, the newest readable "
-            f"one. {_next_write(following)}"
+            f"one. {next_write(following)}"
             if skipped
             else None
         ),
     )
 
 
-def _next_write(number: int) -> str:
+def next_write(number: int) -> str:
     """What the note of a memory served at an older revision says a change would do."""
     if number > MAX_REVISION:
         return f"It holds revision {MAX_REVISION}, the highest a record can have, so it cannot be changed."
     return f"A correction or delete writes revision {number} on top of it."
 
 
-def delete_memory(
-    context: ToolContext,
-    id: IdArg,
-    reason: Annotated[
-        Reason | Unset,
-        Field(description="Why it is deleted, kept in the history.", json_schema_extra=_absent_means_unset),
-    ] = None,
-) -> ChangeResult:
-    """Forget a memory: it stops appearing in search and context; restore_memory undoes this.
-
-    Nothing is erased: the delete is a tombstone revision, the memory and its
-    history stay in the vault, and restore_memory brings it back as it was.
-    Deleting a deleted memory writes nothing and says so.
-    """
-    return _change(
-        lambda: context.store.delete(id, reason=reason),
-        lambda memory: (
-            f"Memory {id} was deleted already: nothing was written. restore_memory(id='{id}') brings it back."
-        ),
-    )
-
-
-def restore_memory(context: ToolContext, id: IdArg) -> ChangeResult:
-    """Undo delete_memory: the memory comes back as it was.
-
-    Restoring a memory that is not deleted writes nothing and says so.
-    """
-    return _change(
-        lambda: context.store.restore(id),
-        lambda memory: f"Memory {id} is not deleted: nothing was written.",
-    )
-
-
-def _change(write: Callable[[], Revision], unchanged: Callable[[Revision], str]) -> ChangeResult:
-    """What a correction, delete or restore answers: the revision `write` wrote.
-
-    When the memory already was as asked, `write` wrote nothing: the memory as it is,
-    with the note `unchanged` makes of it. Other refusals are the agent's errors.
-    """
-    with _as_tool_error():
-        try:
-            revision = write()
-        except Unchanged as same:
-            memory = same.revision
-            return ChangeResult(
-                memory=memory.memory(),
-                deleted=memory.deleted,
-                previousRevision=memory.revision,
-                note=unchanged(memory),
-            )
-    return ChangeResult(
-        memory=revision.memory(), deleted=revision.deleted, previousRevision=revision.revision - 1
-    )
-
-
 def list_memories(
     context: ToolContext,
     category: Annotated[
         Category | Unset,
-        Field(description="Only memories of this category.", json_schema_extra=_absent_means_unset),
+        Field(description="Only memories of this category.", json_schema_extra=absent_means_unset),
     ] = None,
     tags: TagsFilter = [],  # noqa: B006
     entity: Annotated[
         Entity | Unset,
         Field(
             description="Only memories about this entity (ignoring case).",
-            json_schema_extra=_absent_means_unset,
+            json_schema_extra=absent_means_unset,
         ),
     ] = None,
     includeDeleted: Annotated[bool, Field(description="Also list deleted memories.")] = False,
@@ -482,42 +303,8 @@ def list_memories(
     with context.store.reading() as catalog:
         page = catalog.page(filters, offset, limit)
     return ListResult(
-        memories=[_listed(memory) for memory in page.memories],
+        memories=[listed(memory) for memory in page.memories],
         total=page.total,
         offset=offset,
         limit=limit,
     )
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    """A tool as registered: its function, the title a host shows, and its hints to the host."""
-
-    function: Callable[Concatenate[ToolContext, ...], object]
-    title: str
-    annotations: ToolAnnotations
-
-
-# Every tool works on the user's own vault only, so none is open-world. None is destructive:
-# a save adds a memory, a correction keeps the old revision in the history, a delete writes a
-# tombstone that restore_memory undoes; nothing is ever erased. Every writer is idempotent: the
-# same call again changes nothing more, since each finds the memory already as asked and then
-# writes nothing (it answers the memory as it is, with a note): a save finds the identical memory
-# stored, a correction finds the memory saying it, a delete finds it deleted, a restore finds it
-# live. tests/test_agent_edges.py holds each tool to its hints, calling it twice.
-READS = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-WRITES = ToolAnnotations(
-    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
-)
-
-# The tools in the order tools/list shows them.
-TOOLS = (
-    ToolSpec(get_context, "Get the user's context", READS),
-    ToolSpec(search_memory, "Search memories", READS),
-    ToolSpec(save_memory, "Save a memory", WRITES),
-    ToolSpec(update_memory, "Correct a memory", WRITES),
-    ToolSpec(get_memory, "Read a memory", READS),
-    ToolSpec(delete_memory, "Delete a memory (restorable)", WRITES),
-    ToolSpec(restore_memory, "Restore a deleted memory", WRITES),
-    ToolSpec(list_memories, "List memories", READS),
-)

@@ -1,0 +1,202 @@
+"""The tools that write: save, correct, delete and restore a memory.
+
+Each is a plain function over a `ToolContext`, as the reading tools in
+squirrel_mcp.server.tools are. Every one of them is idempotent: called again with
+the same arguments, it finds the memory already as asked, writes nothing and says so
+in a note.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
+
+from squirrel_mcp.book.errors import Unchanged
+from squirrel_mcp.core.models import Category, Entity, Keywords, MemoryText, Reason, Revision, Tags
+from squirrel_mcp.search import bm25
+from squirrel_mcp.server.results import ChangeResult, DuplicateHint, SaveResult
+from squirrel_mcp.server.tools import (
+    CategoryArg,
+    IdArg,
+    ToolContext,
+    Unset,
+    absent_means_unset,
+    as_tool_error,
+)
+
+
+def save_memory(
+    context: ToolContext,
+    text: Annotated[
+        MemoryText, Field(description="The memory: one fact, preference or event, self-contained.")
+    ],
+    entity: Annotated[
+        Entity,
+        Field(description="Who or what it is about, e.g. 'user', 'Anna (sister)', 'home network'."),
+    ] = "user",
+    category: CategoryArg = "note",
+    tags: Annotated[Tags, Field(description="Short labels, e.g. ['health', 'food'].")] = [],  # noqa: B006
+    keywords: Annotated[
+        Keywords, Field(description="Other words it should be found by: synonyms, names, abbreviations.")
+    ] = [],  # noqa: B006
+) -> SaveResult:
+    """Save a lasting memory about the user, encrypted.
+
+    Search first: if a memory already says this, correct it with update_memory
+    instead. Give an entity, tags and keywords so it is found again. The answer
+    lists memories the new one may duplicate. Saving a memory identical to a stored
+    one (same entity, text, category, tags and keywords) writes nothing and answers
+    the stored one, so a retried save stores the fact once.
+    """
+    with as_tool_error():
+        saved, written = context.store.save_once(
+            entity=entity, text=text, category=category, tags=tags, keywords=keywords
+        )
+    if not written:
+        return SaveResult(
+            memory=saved.memory(),
+            possibleDuplicates=[],
+            note=f"This memory was stored already (id '{saved.id}', saved {saved.createdAt}): nothing "
+            f"was written. To change it, correct it with update_memory(id='{saved.id}').",
+        )
+    duplicates = bm25.likely_duplicates(context.store.index, saved)
+    return SaveResult(
+        memory=saved.memory(),
+        possibleDuplicates=[
+            DuplicateHint(
+                id=d.memory.id, entity=d.memory.entity, text=d.memory.text, overlap=round(d.score, 3)
+            )
+            for d in duplicates
+        ],
+        note=(
+            "Similar memories exist. If one says the same thing, correct it with update_memory "
+            f"and delete this one with delete_memory(id='{saved.id}')."
+            if duplicates
+            else None
+        ),
+    )
+
+
+def update_memory(
+    context: ToolContext,
+    id: IdArg,
+    text: Annotated[
+        MemoryText | Unset, Field(description="The corrected text.", json_schema_extra=absent_means_unset)
+    ] = None,
+    entity: Annotated[
+        Entity | Unset, Field(description="The corrected entity.", json_schema_extra=absent_means_unset)
+    ] = None,
+    category: Annotated[
+        Category | Unset, Field(description="The corrected category.", json_schema_extra=absent_means_unset)
+    ] = None,
+    # Absent keeps the tags; an empty list clears them: no default can say "keep".
+    tags: Annotated[
+        Tags | Unset,
+        Field(description="The new tags (replace the old ones).", json_schema_extra=absent_means_unset),
+    ] = None,
+    keywords: Annotated[
+        Keywords | Unset,
+        Field(description="The new keywords (replace the old ones).", json_schema_extra=absent_means_unset),
+    ] = None,
+    reason: Annotated[
+        Reason | Unset,
+        Field(description="Why it changed, kept in the history.", json_schema_extra=absent_means_unset),
+    ] = None,
+    expectedRevision: Annotated[
+        Annotated[int, Field(ge=1)] | Unset,
+        Field(
+            description="The revision you read; the correction is refused if it changed since.",
+            json_schema_extra=absent_means_unset,
+        ),
+    ] = None,
+) -> ChangeResult:
+    """Correct a memory: writes a new revision, the old one stays readable in its history.
+
+    Prefer this to saving a second memory that contradicts the first. A correction
+    to what the memory already says writes nothing and says so.
+    """
+    changes: dict[str, object] = {
+        key: value
+        for key, value in (
+            ("text", text),
+            ("entity", entity),
+            ("category", category),
+            ("tags", tags),
+            ("keywords", keywords),
+        )
+        if value is not None
+    }
+    if not changes:
+        raise ToolError("nothing to change: give at least one of text, entity, category, tags, keywords")
+
+    def unchanged(memory: Revision) -> str:
+        since = (
+            f" It is at revision {memory.revision}, not {expectedRevision}: it was changed since "
+            "you read it, to what you ask."
+            if expectedRevision is not None and expectedRevision != memory.revision
+            else ""
+        )
+        return f"Memory {id} already says this: nothing was written.{since}"
+
+    return _change(
+        lambda: context.store.update(id, changes=changes, reason=reason, expected_revision=expectedRevision),
+        unchanged,
+    )
+
+
+def delete_memory(
+    context: ToolContext,
+    id: IdArg,
+    reason: Annotated[
+        Reason | Unset,
+        Field(description="Why it is deleted, kept in the history.", json_schema_extra=absent_means_unset),
+    ] = None,
+) -> ChangeResult:
+    """Forget a memory: it stops appearing in search and context; restore_memory undoes this.
+
+    Nothing is erased: the delete is a tombstone revision, the memory and its
+    history stay in the vault, and restore_memory brings it back as it was.
+    Deleting a deleted memory writes nothing and says so.
+    """
+    return _change(
+        lambda: context.store.delete(id, reason=reason),
+        lambda memory: (
+            f"Memory {id} was deleted already: nothing was written. restore_memory(id='{id}') brings it back."
+        ),
+    )
+
+
+def restore_memory(context: ToolContext, id: IdArg) -> ChangeResult:
+    """Undo delete_memory: the memory comes back as it was.
+
+    Restoring a memory that is not deleted writes nothing and says so.
+    """
+    return _change(
+        lambda: context.store.restore(id),
+        lambda memory: f"Memory {id} is not deleted: nothing was written.",
+    )
+
+
+def _change(write: Callable[[], Revision], unchanged: Callable[[Revision], str]) -> ChangeResult:
+    """What a correction, delete or restore answers: the revision `write` wrote.
+
+    When the memory already was as asked, `write` wrote nothing: the memory as it is,
+    with the note `unchanged` makes of it. Other refusals are the agent's errors.
+    """
+    with as_tool_error():
+        try:
+            revision = write()
+        except Unchanged as same:
+            memory = same.revision
+            return ChangeResult(
+                memory=memory.memory(),
+                deleted=memory.deleted,
+                previousRevision=memory.revision,
+                note=unchanged(memory),
+            )
+    return ChangeResult(
+        memory=revision.memory(), deleted=revision.deleted, previousRevision=revision.revision - 1
+    )
