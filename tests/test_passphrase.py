@@ -4,12 +4,14 @@ The real command in its own process: it re-wraps the data key under the new
 passphrase and leaves every record as it was; a wrong current passphrase, a new
 one too short, the same or given twice differently, and a change made meanwhile
 by another process all leave the vault as it was. A machine that unlocked the
-vault before is told the passphrase was changed. New vaults made from
+vault before is told its key changed since. New vaults made from
 SQUIRREL_PASSPHRASE need the prompt's 8 characters; existing ones open with any.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import pty
 import select
@@ -24,6 +26,7 @@ from mcp import Client
 
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.keys import crypto
+from squirrel_mcp.storage import Account
 from squirrel_mcp.storage.local import LocalVault
 from tests.conftest import PASSPHRASE, call, run_cli, secrets_of_this_test, served_error, server_params
 
@@ -144,7 +147,7 @@ async def test_the_new_passphrase_unlocks_every_memory_through_the_server(vault_
 
     refused = run_cli(vault_env, "export")
     assert refused.returncode == 1
-    assert b"the passphrase was changed on this machine with `squirrel-mcp passphrase`" in refused.stderr
+    assert b"its key is the one `squirrel-mcp passphrase` set on this machine" in refused.stderr
 
     async with Client(server_params({**vault_env, "SQUIRREL_PASSPHRASE": NEW})) as client:
         listed = await call(client, "list_memories", includeDeleted=True)
@@ -233,6 +236,25 @@ def test_a_change_made_meanwhile_by_another_process_is_refused(vault_env: dict[s
     assert unlocks(vault_env, other) and not unlocks(vault_env, NEW) and not unlocks(vault_env, PASSPHRASE)
 
 
+def test_a_vault_made_before_verifiers_gets_its_own_at_the_first_unlock(vault_env: dict[str, str]) -> None:
+    # The account record as an earlier squirrel-mcp wrote it: no key-change verifier.
+    vault = LocalVault(Path(vault_env["SQUIRREL_VAULT"]), create=True)
+    try:
+        data_key, account_id = crypto.new_data_key(), "0123456789abcdef" * 2
+        wrapped = crypto.wrap_data_key(PASSPHRASE, CHEAP_KDF, account_id, data_key)
+        vault.create_account(Account(account_id, CHEAP_KDF, wrapped))
+    finally:
+        vault.close()
+    assert "keyChangeVerifier" not in account_row(vault_env)
+    done = run_cli(vault_env, "export")
+    assert done.returncode == 0 and done.stderr == b"", done.stderr
+    verifier = crypto.key_change_verifier(crypto.key_change_proof(data_key))
+    assert json.loads(account_row(vault_env))["keyChangeVerifier"] == base64.b64encode(verifier).decode()
+    code, _, err = change(vault_env, PASSPHRASE, NEW)
+    assert code == 0, err
+    assert unlocks(vault_env, NEW) and not unlocks(vault_env, PASSPHRASE)
+
+
 @pytest.mark.anyio
 async def test_a_machine_that_unlocked_before_is_told_the_passphrase_was_changed(
     vault_env: dict[str, str], tmp_path: Path
@@ -246,9 +268,9 @@ async def test_a_machine_that_unlocked_before_is_told_the_passphrase_was_changed
 
     told = run_cli(elsewhere, "export")
     assert told.returncode == 1
-    assert b"the passphrase was changed since this machine last unlocked it" in told.stderr
+    assert b"the account's wrapped key changed since this machine last unlocked it" in told.stderr
     line = await served_error(server_params(elsewhere))
-    assert "the passphrase was changed since this machine last unlocked it" in line
+    assert "the account's wrapped key changed since this machine last unlocked it" in line
     # One that never unlocked it cannot tell, and says what it knows.
     plain = run_cli(never, "export")
     assert plain.returncode == 1 and b"does not unlock this vault" in plain.stderr

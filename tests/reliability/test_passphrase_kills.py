@@ -40,7 +40,6 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from squirrel_mcp.book import rekey
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage import Storage
@@ -99,7 +98,7 @@ def check(storage: Storage, texts: dict[str, str], tally: Tally, when: str) -> t
                 keys[index] = crypto.unwrap_data_key(
                     passphrase, account.kdf, account.account_id, account.wrapped_data_key
                 )
-        seen = rekey.fingerprint(account)
+        seen = account.fingerprint()
         if len(keys) != 1:
             tally.problems.append(f"{when}: {len(keys)} passphrases unlock")
             return -1, seen
@@ -207,7 +206,7 @@ def kill_runs(
 def _late(output: bytes) -> bool:
     """Whether a command's output says the key changed under it (after its start, or before it read it)."""
     return b"was changed by another machine while this command ran" in output or (
-        b"the passphrase was changed since this machine last unlocked it" in output
+        b"wrapped key changed since this machine last unlocked it" in output
     )
 
 

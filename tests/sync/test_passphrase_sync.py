@@ -4,7 +4,7 @@ The key is swapped with PUT /v1/account/key, a compare-and-swap: a change that
 another machine made first refuses the second, which changes nothing. The
 records stay as the server holds them; the new passphrase reads every memory
 through the real server over stdio, and a machine that unlocked the account
-before is told the passphrase was changed.
+before is told its key changed since.
 """
 
 from __future__ import annotations
@@ -81,8 +81,8 @@ async def test_the_new_passphrase_reads_every_memory_and_other_machines_are_told
     assert stored(sync_server) == before
 
     line = await served_error(server_params(there))
-    assert "the passphrase was changed since this machine last unlocked it" in line
-    assert "set SQUIRREL_PASSPHRASE (in your MCP client's config too) to the passphrase now in use" in line
+    assert "the account's wrapped key changed since this machine last unlocked it" in line
+    assert "set SQUIRREL_PASSPHRASE (in your MCP client's config too) to the new passphrase" in line
     async with Client(server_params({**there, "SQUIRREL_PASSPHRASE": NEW})) as client:
         listed = await call(client, "list_memories")
         assert {m["id"]: m["text"] for m in listed["memories"]} == {
@@ -92,7 +92,9 @@ async def test_the_new_passphrase_reads_every_memory_and_other_machines_are_told
         history = await call(client, "get_memory", id=ids[1], history=True)
         assert [revision["text"] for revision in history["history"]] == ["Owns a cat", "Owns two cats"]
     refused = run_cli(here, "export")
-    assert refused.returncode == 1 and b"was changed on this machine" in refused.stderr
+    assert (
+        refused.returncode == 1 and b"the one `squirrel-mcp passphrase` set on this machine" in refused.stderr
+    )
 
 
 def test_the_key_is_swapped_only_over_the_one_read(sync_server: SyncServer) -> None:
@@ -105,19 +107,20 @@ def test_the_key_is_swapped_only_over_the_one_read(sync_server: SyncServer) -> N
         key = crypto.unwrap_data_key(
             PASSPHRASE, read_first.kdf, read_first.account_id, read_first.wrapped_data_key
         )
+        proof = crypto.key_change_proof(key)
         mine, theirs = rekey.rekey(read_first, key, NEW), rekey.rekey(read_first, key, "their new passphrase")
-        first.replace_key(read_first, mine)
+        first.replace_key(read_first, mine, proof)
         with pytest.raises(
             KeyChanged, match="another machine changed the passphrase meanwhile; nothing was changed"
         ):
-            second.replace_key(read_first, theirs)
+            second.replace_key(read_first, theirs, proof)
         assert second.load_account() == mine
     finally:
         first.close()
         second.close()
 
     # On the wire: 409 key_changed naming no value; the new key's cost bounds; a slot without account.
-    stale = wire.json_body(wire.KeyChange.of(read_first, theirs))
+    stale = wire.json_body(wire.KeyChange.of(read_first, theirs, proof))
     answer = requests.put(
         sync_server.url + "/v1/account/key", json=stale, headers=sync_server.headers(), timeout=30
     )
@@ -126,6 +129,7 @@ def test_the_key_is_swapped_only_over_the_one_read(sync_server: SyncServer) -> N
         stale["expected"]["wrappedDataKey"],
         stale["new"]["wrappedDataKey"],
         stale["new"]["kdf"]["salt"],
+        stale["proof"],
     ):
         assert value not in answer.text
     costly = {**stale, "new": {**stale["new"], "kdf": {**stale["new"]["kdf"], "n": 2**20, "r": 32}}}

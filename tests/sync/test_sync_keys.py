@@ -179,4 +179,4 @@ def test_a_schema_1_database_keeps_its_keys_and_migrates_once(database_url: str)
     lines = listed(database_url)
     assert [entry["revoked"] is not None for entry in lines] == [True, False]
     assert lines[1]["prefix"] == replacement[:12] + "..." and lines[0]["slot"] == lines[1]["slot"]
-    assert sql("SELECT value FROM sync_meta WHERE key = 'schema'") == [("2",)]
+    assert sql("SELECT value FROM sync_meta WHERE key = 'schema'") == [(str(sync_schema.SCHEMA_VERSION),)]

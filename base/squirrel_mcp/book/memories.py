@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
+from squirrel_mcp.book import rekey
 from squirrel_mcp.book.catalog import Catalog
 from squirrel_mcp.book.checkpoint import Place
 from squirrel_mcp.book.errors import ConflictError, MemoryOperationError, NoAccountError, Unchanged
@@ -102,7 +103,7 @@ class MemoryStore:
         kdf: crypto.KdfParams | None = None,
         checkpoints: Place | None = None,
     ) -> MemoryStore:
-        """Create a new account with a fresh data key wrapped under the passphrase.
+        """Create a new account with a fresh data key wrapped under the passphrase, and its verifier.
 
         `kdf` defaults to fresh strong parameters; unit tests pass cheaper ones.
         """
@@ -110,7 +111,7 @@ class MemoryStore:
         kdf = kdf or crypto.KdfParams.new()
         data_key = crypto.new_data_key()
         wrapped = crypto.wrap_data_key(passphrase, kdf, account_id, data_key)
-        storage.create_account(Account(account_id, kdf, wrapped))
+        storage.create_account(Account(account_id, kdf, wrapped, rekey.verifier(data_key)))
         return cls(storage, account_id, data_key, checkpoints)
 
     # Reading -----------------------------------------------------------------

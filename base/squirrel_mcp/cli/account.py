@@ -22,13 +22,14 @@ from squirrel_mcp.cli.unlock import (
     check_kdf,
     check_new_passphrase,
     explaining,
+    foreign_verifier,
     get_passphrase,
     location,
     open_storage,
     remember_key,
 )
 from squirrel_mcp.core.config import Config, check_api_base_url
-from squirrel_mcp.keys.crypto import unwrap_data_key
+from squirrel_mcp.keys.crypto import key_change_proof, unwrap_data_key
 from squirrel_mcp.storage import NO_REMOTE_ACCOUNT, KeyChanged
 
 
@@ -111,7 +112,8 @@ def cmd_passphrase(config: Config) -> int:
 
     SQUIRREL_PASSPHRASE and SQUIRREL_NEW_PASSPHRASE, when set, are used instead of
     asking. The data key is wrapped under the new passphrase and swapped in with
-    `Storage.replace_key`; the records are not touched (see squirrel_mcp.book.rekey).
+    `Storage.replace_key`, with the data key's proof; the records are not touched
+    (see squirrel_mcp.book.rekey). An account without a verifier gets it first.
     """
     storage = open_storage(config, create=False)
     where = location(config)
@@ -125,15 +127,18 @@ def cmd_passphrase(config: Config) -> int:
         current = get_passphrase(config, confirm=False, prompt="Current passphrase: ")
         with explaining(config, storage):
             data_key = unwrap_data_key(current, account.kdf, account.account_id, account.wrapped_data_key)
+        proof = key_change_proof(data_key)
+        if rekey.ensure_verifier(storage, account, proof) is False:
+            raise UserError(foreign_verifier(config))
         new = _new_passphrase(config, current)
         changed = rekey.rekey(account, data_key, new)
         try:
-            storage.replace_key(account, changed)
+            storage.replace_key(account, changed, proof)
         except KeyChanged:
             other = "another machine" if config.remote else "another process"
             raise UserError(
                 f"the passphrase of {where} was changed by {other} while this command ran; nothing was "
-                "changed here: run `squirrel-mcp passphrase` again, with the passphrase now in use"
+                "changed here: run `squirrel-mcp passphrase` again, with the passphrase set there"
             ) from None
     finally:
         storage.close()

@@ -23,7 +23,7 @@ from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.book.transfer import ImportFileError, field_locations
 from squirrel_mcp.core.config import APP_NAME, Config, ConfigError, check_api_base_url
 from squirrel_mcp.core.lines import log_line
-from squirrel_mcp.keys.crypto import KdfParams, WrongPassphraseError
+from squirrel_mcp.keys.crypto import KEY_CHANGE_PURPOSE, KdfParams, WrongPassphraseError
 from squirrel_mcp.storage import NO_REMOTE_ACCOUNT, Account, Storage, StorageError
 from squirrel_mcp.storage.local import LocalVault
 
@@ -197,6 +197,9 @@ def open_store(
         # unlock with this passphrase remembers the right one.
         if not read_only:
             remember_key(config, account)
+            # An account made before verifiers were kept gets its verifier here, once.
+            if rekey.ensure_verifier(storage, account, store.derive_key(KEY_CHANGE_PURPOSE)) is False:
+                log_line(foreign_verifier(config))
         return store
     except BaseException:
         storage.close()
@@ -209,10 +212,29 @@ def explaining(config: Config, storage: Storage) -> Iterator[None]:
     try:
         yield
     except WrongPassphraseError:
-        changed = rekey.explain(config.cache_dir / APP_NAME, storage.load_account(), location(config))
+        changed = rekey.explain(
+            config.cache_dir / APP_NAME, storage.load_account(), location(config), remote=config.remote
+        )
         if changed is None:
             raise
         raise changed from None
+
+
+def foreign_verifier(config: Config) -> str:
+    """The line for an account whose key-change verifier its own data key did not make."""
+    where = location(config)
+    if not config.remote:
+        return (
+            f"{where} holds a key-change verifier its data key did not make: the account record was "
+            "tampered with; `squirrel-mcp passphrase` is refused on it"
+        )
+    return (
+        f"{where} holds a key-change verifier for this account that its data key did not make: someone "
+        "holding the API key but not the passphrase set it, and with it can replace the account's "
+        "wrapped key. Ask the server's operator to revoke that API key and issue a new one, then to run "
+        "`squirrel-mcp-sync clear-verifier` (the next unlock sets the right verifier); until then "
+        "`squirrel-mcp passphrase` is refused"
+    )
 
 
 def remember_key(config: Config, account: Account, *, changed_here: bool = False) -> None:

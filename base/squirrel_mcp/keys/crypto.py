@@ -6,6 +6,8 @@ The key hierarchy (docs/security.md says it in plain words):
     KEK --AES-256-GCM--> wraps a random 256-bit data key
     data key --AES-256-GCM--> each memory revision
     data key --HKDF-SHA256("squirrel-mcp/v1/<purpose>")--> a plugin's own key (`derive_key`)
+    data key --HKDF-SHA256("squirrel-mcp/v1/account-key-change")--> the key-change proof
+    proof --SHA-256--> the account's key-change verifier, kept by storage beside the wrapped key
 
 Storage only ever holds the salt, the KDF parameters, the wrapped data key and
 sealed records. Every AES-GCM operation carries associated data naming what the
@@ -16,6 +18,8 @@ instead of being read as something it is not.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import secrets
 from dataclasses import dataclass
 
@@ -211,3 +215,29 @@ def derive_key(data_key: bytes, purpose: str) -> bytes:
     derived = HKDF(data_key, KEY_BYTES, b"", SHA256, context=f"squirrel-mcp/v1/{purpose}".encode())
     assert isinstance(derived, bytes)
     return derived
+
+
+# The purpose (`derive_key`) of the key that proves a key change comes from a holder of the data key.
+KEY_CHANGE_PURPOSE = "account-key-change"
+
+
+def key_change_proof(data_key: bytes) -> bytes:
+    """What a key change sends to show it comes from a holder of the data key.
+
+    `derive_key(data_key, "account-key-change")`: the data key does not change when
+    the passphrase does, so neither does the proof. An API key gives no way to it.
+    """
+    return derive_key(data_key, KEY_CHANGE_PURPOSE)
+
+
+def key_change_verifier(proof: bytes) -> bytes:
+    """What storage keeps to check a key change's proof: its SHA-256 (the proof itself is never kept).
+
+    The proof is 256 bits from HKDF, so a plain hash leaves nothing to guess, as for API keys.
+    """
+    return hashlib.sha256(proof).digest()
+
+
+def proves_key_change(verifier: bytes, proof: bytes) -> bool:
+    """Whether `proof` is the one `verifier` was made from (compared in constant time)."""
+    return hmac.compare_digest(key_change_verifier(proof), verifier)

@@ -13,19 +13,42 @@ with these methods.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Protocol
 
 from squirrel_mcp.keys.crypto import KdfParams
 
+# Hex digits of a key's fingerprint shown to people: in a failed unlock's line and in
+# `squirrel-mcp-sync list-account-keys`, so that the two can be matched (48 bits).
+FINGERPRINT_SHOWN = 12
+
 
 @dataclass(frozen=True)
 class Account:
-    """What unlocks an account: never a key, only what the passphrase needs."""
+    """What unlocks an account (never a key, only what the passphrase needs), and what guards its key.
+
+    `key_change_verifier` is SHA-256 of the data key's key-change proof
+    (`crypto.key_change_verifier`): storage replaces the wrapped key only for a
+    caller that sends the proof. None for an account made before verifiers were
+    kept, until a client that unlocks it sets it (`Storage.set_key_change_verifier`).
+    """
 
     account_id: str
     kdf: KdfParams
     wrapped_data_key: bytes
+    key_change_verifier: bytes | None = None
+
+    def fingerprint(self) -> str:
+        """SHA-256 (hex) of what the passphrase unlocks: account id, KDF salt and parameters, wrapped key.
+
+        All of it is held in the open, so the fingerprint is no secret. A machine
+        remembers the one it last unlocked (book/rekey.py); the sync server's
+        `list-account-keys` shows each key's, so the two can be matched.
+        """
+        kdf = self.kdf
+        material = f"{self.account_id}|{kdf.salt.hex()}|{kdf.n}|{kdf.r}|{kdf.p}|{self.wrapped_data_key.hex()}"
+        return hashlib.sha256(material.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -53,6 +76,14 @@ class KeyChanged(StorageError):
     """The account's key (KDF parameters, wrapped data key) is no longer the one the caller read.
 
     Another process or machine changed the passphrase meanwhile; nothing was changed.
+    """
+
+
+class KeyChangeForbidden(StorageError):
+    """A key change without the proof its account's verifier asks for (or on an account without one).
+
+    Holding the API key is not enough to replace an account's key: the caller must
+    also show it holds the data key. Nothing was changed.
     """
 
 
@@ -86,15 +117,28 @@ class Storage(Protocol):
         ...
 
     def create_account(self, account: Account) -> None:
-        """Store a new account; raises StorageError if one exists already."""
+        """Store a new account (its key-change verifier with it); StorageError if one exists already."""
         ...
 
-    def replace_key(self, expected: Account, new: Account) -> None:
+    def replace_key(self, expected: Account, new: Account, proof: bytes) -> None:
         """Store `new`'s KDF parameters and wrapped data key, if the stored ones are still `expected`'s.
 
-        A compare-and-swap, atomic: either the account holds `new`'s key or it
-        still holds what it held. KeyChanged, changing nothing, when the stored
-        key is no longer `expected`'s. The account id never changes.
+        Only for a caller that holds the data key: `proof` (`crypto.key_change_proof`)
+        must match the account's verifier, else KeyChangeForbidden, changing
+        nothing (also when the account has no verifier yet). Then a
+        compare-and-swap, atomic: either the account holds `new`'s key or it still
+        holds what it held. KeyChanged, changing nothing, when the stored key is no
+        longer `expected`'s. The account id and its verifier never change.
+        """
+        ...
+
+    def set_key_change_verifier(self, verifier: bytes) -> bytes | None:
+        """Give the account `verifier` if it has none yet (an account made before verifiers were kept).
+
+        Set once: an account that holds a verifier keeps it. Returns the verifier
+        the account holds afterwards (`verifier`, or the one it held), or None
+        from a sync server too old to keep verifiers. StorageError if there is no
+        account.
         """
         ...
 

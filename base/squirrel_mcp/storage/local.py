@@ -28,7 +28,16 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from squirrel_mcp.core.files import create_private_file
-from squirrel_mcp.storage import Account, KeyChanged, RevisionConflict, SealedRecord, StorageError, sqlite
+from squirrel_mcp.keys.crypto import proves_key_change
+from squirrel_mcp.storage import (
+    Account,
+    KeyChanged,
+    KeyChangeForbidden,
+    RevisionConflict,
+    SealedRecord,
+    StorageError,
+    sqlite,
+)
 from squirrel_mcp.storage.wire import NewAccount
 
 SCHEMA_VERSION = 1
@@ -152,37 +161,75 @@ class LocalVault:
 
     def create_account(self, account: Account) -> None:
         """Store the account; StorageError if the vault already has one."""
-        value = NewAccount.of(account).model_dump_json()
+        value = _record(account)
         with self._lock, self._guard():
             try:
                 self._db.execute("INSERT INTO meta (key, value) VALUES ('account', ?)", (value,))
             except sqlite3.IntegrityError as error:
                 raise StorageError(f"{self.path} already holds an account") from error
 
-    def replace_key(self, expected: Account, new: Account) -> None:
-        """Store `new`'s key if the vault still holds `expected`'s: one transaction; KeyChanged otherwise.
+    def replace_key(self, expected: Account, new: Account, proof: bytes) -> None:
+        """Store `new`'s key if the vault still holds `expected`'s and `proof` matches its verifier.
 
-        The read and the write share one write transaction (BEGIN IMMEDIATE), so no
-        other process can change the key in between; a kill at any moment leaves
-        the old account row or the new one, never both or neither.
+        KeyChangeForbidden if the proof does not match (or the account has no
+        verifier), KeyChanged if the key is not `expected`'s: nothing changes
+        either way. (Whoever can write the file could rewrite the account record
+        directly; the check is here so that a key change means the same on every
+        backend.) The read and the write share one write transaction (BEGIN
+        IMMEDIATE), so no other process can change the key in between; a kill at
+        any moment leaves the old account row or the new one, never both or
+        neither.
         """
         if new.account_id != expected.account_id:
             raise ValueError("a key change cannot change the account id")
-        value = NewAccount.of(new).model_dump_json()
-        with self._lock, self._guard():
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                row = self._db.execute("SELECT value FROM meta WHERE key = 'account'").fetchone()
-                if row is None or self._account(row[0]) != expected:
-                    raise KeyChanged(
-                        f"the key of the vault at {self.path} was changed by another process since it was "
-                        "read; nothing was changed"
-                    )
-                self._db.execute("UPDATE meta SET value = ? WHERE key = 'account'", (value,))
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+        with self._lock, self._guard(), self._writing():
+            stored = self._stored_account()
+            verifier = None if stored is None else stored.key_change_verifier
+            if verifier is None or not proves_key_change(verifier, proof):
+                raise KeyChangeForbidden(
+                    f"the key change does not prove it holds the data key of the vault at {self.path} "
+                    "(a proof that matches its key-change verifier); nothing was changed"
+                )
+            if stored is None or (stored.kdf, stored.wrapped_data_key) != (
+                expected.kdf,
+                expected.wrapped_data_key,
+            ):
+                raise KeyChanged(
+                    f"the key of the vault at {self.path} was changed by another process since it was "
+                    "read; nothing was changed"
+                )
+            changed = Account(stored.account_id, new.kdf, new.wrapped_data_key, verifier)
+            self._db.execute("UPDATE meta SET value = ? WHERE key = 'account'", (_record(changed),))
+
+    def set_key_change_verifier(self, verifier: bytes) -> bytes:
+        """Give the account `verifier` if it has none; the verifier it holds afterwards.
+
+        StorageError if the vault holds no account.
+        """
+        with self._lock, self._guard(), self._writing():
+            stored = self._stored_account()
+            if stored is None:
+                raise StorageError(f"the vault at {self.path} holds no account")
+            if stored.key_change_verifier is not None:
+                return stored.key_change_verifier
+            changed = Account(stored.account_id, stored.kdf, stored.wrapped_data_key, verifier)
+            self._db.execute("UPDATE meta SET value = ? WHERE key = 'account'", (_record(changed),))
+        return verifier
+
+    def _stored_account(self) -> Account | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'account'").fetchone()
+        return None if row is None else self._account(row[0])
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One write transaction (BEGIN IMMEDIATE), committed if the block returns, else rolled back."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     def append(self, records: list[SealedRecord]) -> None:
         """Store all records in one transaction; RevisionConflict stores none."""
@@ -216,6 +263,11 @@ class LocalVault:
         """Close the connection (checkpointing the WAL when last out)."""
         with self._lock, self._guard():
             self._db.close()
+
+
+def _record(account: Account) -> str:
+    """The account's row in `meta`: its NewAccount, without the verifier of an account made before them."""
+    return NewAccount.of(account).model_dump_json(exclude_none=True)
 
 
 def _reason(error: sqlite3.DatabaseError) -> str:

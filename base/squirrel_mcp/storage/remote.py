@@ -5,7 +5,9 @@ the contract, authenticated with the API key as a bearer token:
 
     load_account     GET  /v1/account      (404 no_account: None)
     create_account   POST /v1/account
-    replace_key      PUT  /v1/account/key  (409 key_changed: KeyChanged)
+    replace_key      PUT  /v1/account/key  (409 key_changed: KeyChanged; 403: KeyChangeForbidden)
+    set_key_change_verifier
+                     PUT  /v1/account/verifier  (409 verifier_exists: the account holds another)
     append           POST /v1/records      (409 revision_conflict: RevisionConflict)
     changes_since    GET  /v1/records?after=CURSOR, page after page
 
@@ -39,6 +41,7 @@ import requests
 from squirrel_mcp.storage import (
     Account,
     KeyChanged,
+    KeyChangeForbidden,
     RevisionConflict,
     SealedRecord,
     StorageError,
@@ -133,14 +136,23 @@ class RemoteStorage:
             raise StorageError(f"the sync server at {self.origin} already holds an account for this API key")
         answers.expect(self.origin, response, 201, "create the account")
 
-    def replace_key(self, expected: Account, new: Account) -> None:
-        """Store `new`'s key if the server still holds `expected`'s; KeyChanged (nothing changed) if not."""
+    def replace_key(self, expected: Account, new: Account, proof: bytes) -> None:
+        """Store `new`'s key if the server still holds `expected`'s and `proof` matches its verifier.
+
+        KeyChanged if the key is not `expected`'s, KeyChangeForbidden if the server
+        refuses the proof: nothing changed either way.
+        """
         if new.account_id != expected.account_id:
             raise ValueError("a key change cannot change the account id")
-        body = wire.json_body(wire.KeyChange.of(expected, new))
+        body = wire.json_body(wire.KeyChange.of(expected, new, proof))
         response, attempts = self._http.call(
             "PUT", "/v1/account/key", body, what="the answer to changing the account's key"
         )
+        if response.status_code == 403 and answers.code(response) == "forbidden":
+            raise KeyChangeForbidden(
+                f"the sync server at {self.origin} refused the key change (403): the proof of this "
+                "account's data key does not match the key-change verifier it holds; nothing was changed"
+            )
         if response.status_code == 409 and answers.code(response) == "key_changed":
             # A retried change that did land the first time left exactly our new key.
             if attempts > 1 and self.load_account() == new:
@@ -150,6 +162,29 @@ class RemoteStorage:
                 "another machine changed the passphrase meanwhile; nothing was changed"
             )
         answers.expect(self.origin, response, 200, "change the account's key")
+
+    def set_key_change_verifier(self, verifier: bytes) -> bytes | None:
+        """Give the account `verifier` if it has none; the one it holds afterwards (None: an older server).
+
+        A server from before verifiers has no such endpoint (404 not_found): it
+        keeps none, so there is none to set.
+        """
+        body = wire.json_body(wire.NewVerifier.of(verifier))
+        response, _ = self._http.call(
+            "PUT", "/v1/account/verifier", body, what="the answer to setting the key-change verifier"
+        )
+        if response.status_code == 404 and answers.code(response) == "not_found":
+            return None
+        if response.status_code == 409 and answers.code(response) == "verifier_exists":
+            account = self.load_account()
+        else:
+            answers.expect(self.origin, response, 200, "set the account's key-change verifier")
+            account = answers.parse(self.origin, wire.Account, response, "the account").account()
+        # A server that keeps verifiers names the one it holds after either answer.
+        held = None if account is None else account.key_change_verifier
+        if held is None:
+            raise answers.unreadable(self.origin, "the account's key-change verifier")
+        return held
 
     def append(self, records: list[SealedRecord]) -> None:
         """Store the records, all or none; RevisionConflict if a (memory id, revision) is taken.

@@ -9,8 +9,9 @@ server's dependencies. syncserver/openapi.yaml states the same schemas for
 readers of the HTTP API; tests/sync/test_wire_models.py checks that the two
 agree.
 
-Requests (`NewAccount`, `AppendRequest`) refuse fields the contract does not
-define: the server stores exactly what it was meant to. Answers ignore fields
+Requests (`NewAccount`, `AppendRequest`, ...) refuse fields the contract does
+not define: the server stores exactly what it was meant to. An optional field
+of a request may be left out, never sent as null. Answers ignore fields
 they do not define, so a client keeps reading a later server that adds some
 (but for the account's `kdf`, the same object as in a request); the server
 itself sends none.
@@ -60,9 +61,11 @@ MAX_PAGE = 1000
 
 ErrorCode = Literal[
     "unauthorized",
+    "forbidden",
     "no_account",
     "account_exists",
     "key_changed",
+    "verifier_exists",
     "revision_conflict",
     "invalid_request",
     "not_found",
@@ -103,6 +106,22 @@ Ciphertext = Annotated[
     _Text,
     StringConstraints(min_length=CIPHERTEXT_CHARS[0], max_length=CIPHERTEXT_CHARS[1], pattern=_BASE64),
 ]
+# 32 bytes in canonical base64: 43 characters, the last carrying 4 bits (its other 2 zero), and "=".
+_KEY256 = r"^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=$"
+Key256 = Annotated[_Text, StringConstraints(pattern=_KEY256)]
+# The same where it may be absent (None); the schema states the string only, as the field is optional.
+MaybeKey256 = Annotated[Key256 | None, WithJsonSchema({"type": "string", "pattern": _KEY256})]
+
+
+def _given(value: object) -> object:
+    # An optional field of a request is left out when it has no value: null is not a value of it.
+    if value is None:
+        raise PydanticCustomError("not_null", "must be left out rather than null")
+    return value
+
+
+# Optional in a request: absent is None, an explicit null is refused (the schema says string).
+OptionalKey256 = Annotated[MaybeKey256, BeforeValidator(_given)]
 
 
 class _Request(BaseModel):
@@ -148,15 +167,21 @@ class Kdf(_Request):
 
 
 class NewAccount(_Request):
-    """What `squirrel-mcp init` stores: exactly the local vault's account record."""
+    """What `squirrel-mcp init` stores: exactly the local vault's account record.
+
+    `keyChangeVerifier` is left out only by clients from before verifiers were
+    kept; such an account gets one from the first client that unlocks it.
+    """
 
     id: AccountId
     kdf: Kdf
     wrappedDataKey: WrappedDataKey
+    keyChangeVerifier: OptionalKey256 = None
 
     @classmethod
     def of(cls, account: storage.Account) -> NewAccount:
         """The wire form of `account`, unchecked: the receiver checks what it is sent."""
+        verifier = account.key_change_verifier
         return cls.model_construct(
             id=account.account_id,
             kdf=Kdf.model_construct(
@@ -167,11 +192,12 @@ class NewAccount(_Request):
                 p=account.kdf.p,
             ),
             wrappedDataKey=_b64encode(account.wrapped_data_key),
+            keyChangeVerifier=None if verifier is None else _b64encode(verifier),
         )
 
     def account(self) -> storage.Account:
         """The account this describes."""
-        return _account(self.id, self.kdf, self.wrappedDataKey)
+        return _account(self.id, self.kdf, self.wrappedDataKey, self.keyChangeVerifier)
 
 
 class CheckedNewAccount(NewAccount):
@@ -184,16 +210,17 @@ class CheckedNewAccount(NewAccount):
 
 
 class Account(_Answer):
-    """The stored account, with the time it was created."""
+    """The stored account, with the time it was created; `keyChangeVerifier` once it has one."""
 
     id: AccountId
     kdf: Kdf
     wrappedDataKey: WrappedDataKey
+    keyChangeVerifier: MaybeKey256 = None
     createdAt: Timestamp
 
     def account(self) -> storage.Account:
         """The account this describes."""
-        return _account(self.id, self.kdf, self.wrappedDataKey)
+        return _account(self.id, self.kdf, self.wrappedDataKey, self.keyChangeVerifier)
 
 
 class AccountKey(_Request):
@@ -215,15 +242,26 @@ class AccountKey(_Request):
 
 
 class KeyChange(_Request):
-    """A new passphrase's key, to store only if the account still holds the `expected` one."""
+    """A new passphrase's key, to store only if the account still holds the `expected` one.
+
+    `proof` (the data key's key-change proof) must match the account's verifier;
+    the server answers a change without it 403, as one with a wrong one.
+    """
 
     expected: AccountKey
     new: AccountKey
+    proof: OptionalKey256 = None
 
     @classmethod
-    def of(cls, expected: storage.Account, new: storage.Account) -> KeyChange:
+    def of(cls, expected: storage.Account, new: storage.Account, proof: bytes) -> KeyChange:
         """The wire form of replacing `expected`'s key with `new`'s, unchecked."""
-        return cls.model_construct(expected=AccountKey.of(expected), new=AccountKey.of(new))
+        return cls.model_construct(
+            expected=AccountKey.of(expected), new=AccountKey.of(new), proof=_b64encode(proof)
+        )
+
+    def proof_bytes(self) -> bytes | None:
+        """The proof sent, or None (the pattern guarantees it decodes)."""
+        return None if self.proof is None else _b64decode(self.proof)
 
 
 class CheckedKeyChange(KeyChange):
@@ -241,10 +279,32 @@ class CheckedKeyChange(KeyChange):
         return self
 
 
-def _account(account_id: str, kdf: Kdf, wrapped_data_key: str) -> storage.Account:
-    # The patterns of the salt and the wrapped key guarantee that both decode.
+class NewVerifier(_Request):
+    """The key-change verifier of an account made before verifiers were kept: stored if it has none."""
+
+    keyChangeVerifier: Key256
+
+    @classmethod
+    def of(cls, verifier: bytes) -> NewVerifier:
+        """The wire form of `verifier`, unchecked."""
+        return cls.model_construct(keyChangeVerifier=_b64encode(verifier))
+
+    def verifier(self) -> bytes:
+        """The verifier sent (the pattern guarantees it decodes)."""
+        return _b64decode(self.keyChangeVerifier)
+
+
+def _account(
+    account_id: str, kdf: Kdf, wrapped_data_key: str, verifier: str | None = None
+) -> storage.Account:
+    # The patterns of the salt, the wrapped key and the verifier guarantee that they decode.
     params = KdfParams(salt=_b64decode(kdf.salt), n=kdf.n, r=kdf.r, p=kdf.p)
-    return storage.Account(account_id=account_id, kdf=params, wrapped_data_key=_b64decode(wrapped_data_key))
+    return storage.Account(
+        account_id=account_id,
+        kdf=params,
+        wrapped_data_key=_b64decode(wrapped_data_key),
+        key_change_verifier=None if verifier is None else _b64decode(verifier),
+    )
 
 
 class NewRecord(_Request):
@@ -347,6 +407,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "Account": Account,
     "AccountKey": AccountKey,
     "KeyChange": KeyChange,
+    "NewVerifier": NewVerifier,
     "NewRecord": NewRecord,
     "Record": Record,
     "AppendRequest": AppendRequest,

@@ -31,10 +31,17 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from squirrel_mcp.storage import KeyChanged, RevisionConflict, wire
+from squirrel_mcp.storage import KeyChanged, KeyChangeForbidden, RevisionConflict, wire
 from squirrel_mcp.storage.wire import ErrorCode
 from squirrel_mcp.syncserver import keys, validation
-from squirrel_mcp.syncserver.database import AccountExists, ChangesPage, Database, NoAccount, StoredAccount
+from squirrel_mcp.syncserver.database import (
+    AccountExists,
+    ChangesPage,
+    Database,
+    NoAccount,
+    StoredAccount,
+    VerifierExists,
+)
 from squirrel_mcp.syncserver.pool import DatabaseUnavailable
 from squirrel_mcp.syncserver.ratelimit import RateLimiter
 
@@ -103,7 +110,11 @@ def _answer(body: BaseModel, status: int = 200, headers: dict[str, str] | None =
 def _account(stored: StoredAccount) -> wire.Account:
     new = wire.NewAccount.of(stored.account)
     return wire.Account(
-        id=new.id, kdf=new.kdf, wrappedDataKey=new.wrappedDataKey, createdAt=stored.created_at
+        id=new.id,
+        kdf=new.kdf,
+        wrappedDataKey=new.wrappedDataKey,
+        keyChangeVerifier=new.keyChangeVerifier,
+        createdAt=stored.created_at,
     )
 
 
@@ -190,12 +201,19 @@ class _Service:
         return _answer(_account(await run_in_threadpool(self.database.get_account, slot)))
 
     async def account_key(self, request: Request) -> Response:
-        """PUT /v1/account/key: a new passphrase's key, stored only over the expected one."""
+        """PUT /v1/account/key: a new passphrase's key, stored with the data key's proof over the one read."""
         slot = await self.authenticate(request)
         change = await self.json_body(request, wire.CheckedKeyChange)
         stored = await run_in_threadpool(
-            self.database.replace_key, slot, change.expected.key(), change.new.key()
+            self.database.replace_key, slot, change.expected.key(), change.new.key(), change.proof_bytes()
         )
+        return _answer(_account(stored))
+
+    async def account_verifier(self, request: Request) -> Response:
+        """PUT /v1/account/verifier: the key-change verifier of an account that has none yet."""
+        slot = await self.authenticate(request)
+        new = await self.json_body(request, wire.NewVerifier)
+        stored = await run_in_threadpool(self.database.set_verifier, slot, new.verifier())
         return _answer(_account(stored))
 
     async def records(self, request: Request) -> Response:
@@ -258,6 +276,7 @@ def create_app(database: Database, limits: Limits | None = None) -> Starlette:
             Route("/v1/openapi.yaml", service.openapi, methods=["GET"]),
             Route("/v1/account", service.account, methods=["GET", "POST"]),
             Route("/v1/account/key", service.account_key, methods=["PUT"]),
+            Route("/v1/account/verifier", service.account_verifier, methods=["PUT"]),
             Route("/v1/records", service.records, methods=["GET", "POST"]),
         ],
         exception_handlers={
@@ -268,6 +287,8 @@ def create_app(database: Database, limits: Limits | None = None) -> Starlette:
             NoAccount: _no_account,
             AccountExists: _account_exists,
             KeyChanged: _key_changed,
+            KeyChangeForbidden: _forbidden,
+            VerifierExists: _verifier_exists,
             RevisionConflict: _conflict,
             DatabaseUnavailable: _unavailable,
             HTTPException: _http_error,
@@ -326,6 +347,17 @@ async def _account_exists(request: Request, exc: Exception) -> Response:
 
 async def _key_changed(request: Request, exc: Exception) -> Response:
     return error(409, "key_changed", "the account's key is no longer the expected one; nothing was changed")
+
+
+async def _forbidden(request: Request, exc: Exception) -> Response:
+    # The database's reason, one line: no verifier yet, or a proof missing or wrong.
+    return error(403, "forbidden", str(exc))
+
+
+async def _verifier_exists(request: Request, exc: Exception) -> Response:
+    return error(
+        409, "verifier_exists", "the account already has another key-change verifier; nothing was changed"
+    )
 
 
 async def _conflict(request: Request, exc: Exception) -> Response:

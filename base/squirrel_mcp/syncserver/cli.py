@@ -1,14 +1,24 @@
-"""`squirrel-mcp-sync`: run the reference sync server, or administer its API keys.
+"""`squirrel-mcp-sync`: run the reference sync server, administer its API keys, undo a key change.
 
     squirrel-mcp-sync serve --database URL [--host 127.0.0.1] [--port 8765]
                             [--max-connections 1000] [--header-timeout 10] [--body-timeout 60]
     squirrel-mcp-sync issue-key --database URL [--for KEY_ID]
     squirrel-mcp-sync list-keys --database URL
     squirrel-mcp-sync revoke-key --database URL KEY_ID
+    squirrel-mcp-sync list-account-keys --database URL KEY_ID
+    squirrel-mcp-sync restore-account-key --database URL KEY_ID OLD_KEY_ID
+    squirrel-mcp-sync forget-account-keys --database URL KEY_ID
+    squirrel-mcp-sync clear-verifier --database URL KEY_ID
 
 Keys are administered here, on the server's machine, not over HTTP: no route
 can issue or revoke one. A running server sees a revocation at once, since it
 asks the database about the key of every request.
+
+The last four act on the account that API key KEY_ID opens: they list the
+account keys (scrypt parameters and wrapped data key) it holds and held, put an
+earlier one back, delete the earlier ones (each opens under its passphrase), or
+forget its key-change verifier (for an account made before verifiers, whose
+verifier someone without the passphrase set).
 
 The database URL may come from SQUIRREL_SYNC_DATABASE instead of --database
 (better for a PostgreSQL URL holding a password: the command line is visible to
@@ -24,8 +34,9 @@ import socket
 from squirrel_mcp import __version__
 from squirrel_mcp.core.config import is_loopback
 from squirrel_mcp.core.lines import log_line
+from squirrel_mcp.storage import FINGERPRINT_SHOWN
 from squirrel_mcp.syncserver import keys
-from squirrel_mcp.syncserver.database import Database
+from squirrel_mcp.syncserver.database import Database, HeldKey, NoAccount, UnknownOldKey
 from squirrel_mcp.syncserver.keystore import KeyInfo, UnknownKey
 from squirrel_mcp.syncserver.pool import DatabaseError, DatabaseUnavailable
 
@@ -105,6 +116,36 @@ def _parser() -> argparse.ArgumentParser:
     revoke = commands.add_parser("revoke-key", help="revoke a key at once; its account and records stay")
     revoke.add_argument("--database", help=database_help)
     revoke.add_argument("key_id", type=int, metavar="KEY_ID", help="the key's id, as list-keys shows it")
+    opens = "the API key whose account it is, as list-keys shows it"
+    held = commands.add_parser(
+        "list-account-keys",
+        help="list the account keys (wrapped data keys) an account holds and held, newest first",
+    )
+    held.add_argument("--database", help=database_help)
+    held.add_argument("key_id", type=int, metavar="KEY_ID", help=opens)
+    restore = commands.add_parser(
+        "restore-account-key", help="make an account's earlier account key its key again (undo a key change)"
+    )
+    restore.add_argument("--database", help=database_help)
+    restore.add_argument("key_id", type=int, metavar="KEY_ID", help=opens)
+    restore.add_argument(
+        "old_key_id",
+        type=int,
+        metavar="OLD_KEY_ID",
+        help="the earlier key's id, as list-account-keys shows it",
+    )
+    forget = commands.add_parser(
+        "forget-account-keys",
+        help="delete the earlier account keys an account kept (after changing a passphrase that leaked)",
+    )
+    forget.add_argument("--database", help=database_help)
+    forget.add_argument("key_id", type=int, metavar="KEY_ID", help=opens)
+    clear = commands.add_parser(
+        "clear-verifier",
+        help="forget an account's key-change verifier; the next client that unlocks the account sets it",
+    )
+    clear.add_argument("--database", help=database_help)
+    clear.add_argument("key_id", type=int, metavar="KEY_ID", help=opens)
     return parser
 
 
@@ -135,9 +176,33 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "revoke-key":
             return _revoke_key(database, args.key_id)
+        if args.command == "list-account-keys":
+            for entry in database.held_keys(database.slot_of_key(args.key_id)):
+                print(_held_key_line(entry))
+            return 0
+        if args.command == "restore-account-key":
+            return _restore_account_key(database, args.key_id, args.old_key_id)
+        if args.command == "forget-account-keys":
+            forgotten = database.forget_old_keys(database.slot_of_key(args.key_id))
+            log_line(
+                f"the account of key {args.key_id} keeps no earlier key now ({forgotten} deleted)",
+                program=PROGRAM,
+            )
+            return 0
+        if args.command == "clear-verifier":
+            return _clear_verifier(database, args.key_id)
         return _serve(database, args)
     except UnknownKey as unknown:
         log_line(f"no key has id {unknown}", program=PROGRAM)
+        return 1
+    except NoAccount:
+        log_line(f"key {args.key_id} opens a slot with no account yet", program=PROGRAM)
+        return 1
+    except UnknownOldKey as unknown:
+        log_line(
+            f"the account of key {args.key_id} kept no earlier key {unknown} (list-account-keys lists them)",
+            program=PROGRAM,
+        )
         return 1
     except DatabaseUnavailable as problem:
         log_line(str(problem), program=PROGRAM)
@@ -178,6 +243,43 @@ def _key_line(info: KeyInfo) -> str:
 def _shown(stamp: str | None) -> str:
     """A stored timestamp to the second; "never" for none."""
     return "never" if stamp is None else f"{stamp[:19]}Z"
+
+
+def _held_key_line(entry: HeldKey) -> str:
+    """One line of list-account-keys: id (or "current"), fingerprint, dates, scrypt cost; never the key."""
+    kdf = entry.account.kdf
+    fingerprint = entry.account.fingerprint()[:FINGERPRINT_SHOWN]
+    # Keys set before the server kept the date (schema 2 and earlier) show "unknown".
+    set_at = "unknown" if entry.set_at is None else _shown(entry.set_at)
+    cost = f"scrypt N={kdf.n} r={kdf.r} p={kdf.p}"
+    if entry.old_key_id is None:
+        verifier = "no verifier" if entry.account.key_change_verifier is None else "verifier set"
+        return f"current\tfingerprint {fingerprint}\tset {set_at}\t{cost}\t{verifier}"
+    replaced = _shown(entry.replaced_at)
+    return f"{entry.old_key_id}\tfingerprint {fingerprint}\tset {set_at}\treplaced {replaced}\t{cost}"
+
+
+def _restore_account_key(database: Database, key_id: int, old_key_id: int) -> int:
+    stored = database.restore_key(database.slot_of_key(key_id), old_key_id)
+    fingerprint = stored.account.fingerprint()[:FINGERPRINT_SHOWN]
+    log_line(
+        f"account {stored.account.account_id} holds its earlier key {old_key_id} again (fingerprint "
+        f"{fingerprint}); the key it held is kept among its earlier keys (list-account-keys)",
+        program=PROGRAM,
+    )
+    return 0
+
+
+def _clear_verifier(database: Database, key_id: int) -> int:
+    if database.clear_verifier(database.slot_of_key(key_id)):
+        log_line(
+            f"the account of key {key_id} has no key-change verifier now: the next client that unlocks it "
+            "sets one, and until then its key cannot be changed",
+            program=PROGRAM,
+        )
+    else:
+        log_line(f"the account of key {key_id} had no key-change verifier", program=PROGRAM)
+    return 0
 
 
 def _revoke_key(database: Database, key_id: int) -> int:

@@ -68,6 +68,14 @@ class KeyStore(Pool):
                 raise UnknownKey(like_key_id)
             return self._insert_key(cursor, int(row[0]), key_hash, prefix, now_iso("microseconds"))
 
+    def slot_of_key(self, key_id: int) -> int:
+        """The slot key `key_id` opens (revoked or not); UnknownKey if no key has that id."""
+        with self._transaction(write=False) as cursor:
+            row = cursor.execute("SELECT slot_id FROM api_keys WHERE key_id = ?", (key_id,)).fetchone()
+        if row is None:
+            raise UnknownKey(key_id)
+        return int(row[0])
+
     @staticmethod
     def _insert_key(cursor: Cursor, slot: int, key_hash: bytes, prefix: str, created_at: str) -> int:
         (key_id,) = cursor.one(
