@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from squirrel_mcp.storage import wire
+from squirrel_mcp.syncserver import validation
 from squirrel_mcp.syncserver.app import contract
 
 PROSE = {"description", "title", "default"}
@@ -100,5 +101,5 @@ def test_problems_name_the_place_and_the_rule_never_the_value() -> None:
     ):
         with pytest.raises(ValidationError) as caught:
             wire.AppendRequest.model_validate(body)
-        problem = wire.validation_problem(caught.value)
+        problem = validation.validation_problem(caught.value)
         assert secret not in problem and "501" not in problem, problem

@@ -19,7 +19,7 @@ itself sends none.
 Integers are JSON integers: a string or a boolean is refused, and a float with
 no fraction (3.0, an integer to JSON Schema) is taken as the integer.
 
-Errors name where and which rule (`validation_problem`), never the value: a
+Errors name where and which rule (squirrel_mcp.syncserver.validation), never the value: a
 request can carry anything, and error messages end up in logs.
 """
 
@@ -35,7 +35,6 @@ from pydantic import (
     Field,
     Strict,
     StringConstraints,
-    ValidationError,
     WithJsonSchema,
     model_validator,
 )
@@ -417,33 +416,6 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "Health": Health,
     "Error": Error,
 }
-
-
-def validation_problem(error: ValidationError) -> str:
-    """The first problem of `error` as "WHERE: RULE", naming no value it was given.
-
-    Pydantic's messages state the rule; its locations are field names and list
-    indices, except an unknown field's, which is the sender's key and so left out.
-    """
-    first = error.errors(include_url=False, include_input=False, include_context=False)[0]
-    location = list(first["loc"])
-    kind = first["type"]
-    if kind == "extra_forbidden":
-        location = location[:-1]
-        rule = "has fields the contract does not define"
-    elif kind == "model_type":
-        rule = "must be a JSON object"
-    elif kind in ("too_long", "too_short"):
-        # Their messages also count what was sent; the bound alone is the rule.
-        rule = first["msg"].split(" after validation")[0].split(", not ")[0]
-    else:
-        rule = first["msg"]
-    if not location and kind.startswith("kdf_"):
-        return rule  # the KDF's checks name their field themselves
-    where = ""
-    for part in location:
-        where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
-    return f"{where or 'the body'}: {rule}"
 
 
 def _b64encode(data: bytes) -> str:

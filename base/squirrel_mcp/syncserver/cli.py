@@ -67,7 +67,13 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     database_help = f"sqlite:///ABSOLUTE/PATH or postgresql://... (default: ${DATABASE_ENV})"
 
-    serve = commands.add_parser("serve", help="serve the sync API over HTTP")
+    _add_serve(commands.add_parser("serve", help="serve the sync API over HTTP"), database_help)
+    _add_key_commands(commands, database_help)
+    return parser
+
+
+def _add_serve(serve: argparse.ArgumentParser, database_help: str) -> None:
+    """`serve`'s options: the database, where to listen, and the limits."""
     serve.add_argument("--database", help=database_help)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument(
@@ -100,6 +106,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--no-access-log", action="store_true", help="do not log one line per request")
 
+
+def _add_key_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], database_help: str
+) -> None:
+    """The commands about API keys and the account keys (wrapped data keys) accounts hold."""
     issue = commands.add_parser(
         "issue-key", help="make a new API key (and its empty account slot, unless --for is given)"
     )
@@ -146,7 +157,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     clear.add_argument("--database", help=database_help)
     clear.add_argument("key_id", type=int, metavar="KEY_ID", help=opens)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,6 @@ from squirrel_mcp.storage.wire import (
     MAX_CURSOR,
     MAX_PAGE,
     MAX_RECORDS_PER_APPEND,
-    validation_problem,
 )
 
 _DIGITS = re.compile(r"[0-9]+")
@@ -65,3 +64,30 @@ def _query_integer(value: str | None, where: str, low: int, high: int, *, defaul
     if _DIGITS.fullmatch(value) is None or len(value) > len(str(high)) or not low <= int(value) <= high:
         raise InvalidRequest(f"{where} must be an integer from {low} to {high}")
     return int(value)
+
+
+def validation_problem(error: ValidationError) -> str:
+    """The first problem of `error` as "WHERE: RULE", naming no value it was given.
+
+    Pydantic's messages state the rule; its locations are field names and list
+    indices, except an unknown field's, which is the sender's key and so left out.
+    """
+    first = error.errors(include_url=False, include_input=False, include_context=False)[0]
+    location = list(first["loc"])
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        location = location[:-1]
+        rule = "has fields the contract does not define"
+    elif kind == "model_type":
+        rule = "must be a JSON object"
+    elif kind in ("too_long", "too_short"):
+        # Their messages also count what was sent; the bound alone is the rule.
+        rule = first["msg"].split(" after validation")[0].split(", not ")[0]
+    else:
+        rule = first["msg"]
+    if not location and kind.startswith("kdf_"):
+        return rule  # the KDF's checks name their field themselves
+    where = ""
+    for part in location:
+        where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
+    return f"{where or 'the body'}: {rule}"
