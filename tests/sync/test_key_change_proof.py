@@ -20,9 +20,7 @@ import hashlib
 import os
 import re
 import secrets
-import sqlite3
 import subprocess
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,8 +33,9 @@ from squirrel_mcp.book.transfer import export_json
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage.local import LocalVault
 from tests.conftest import PASSPHRASE, run_cli
-from tests.sync.conftest import SyncServer, start_sync_server, sync_command
+from tests.sync.conftest import SyncServer, start_sync_server
 from tests.sync.test_passphrase_sync import machine
+from tests.sync.test_sync_keys import _old_database, issue, sync
 from tests.test_passphrase import NEW, change
 
 pytestmark = pytest.mark.process
@@ -56,18 +55,6 @@ _EARLIER = re.compile(
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
-
-
-def sync(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """`squirrel-mcp-sync ARGS` on the database (given by environment)."""
-    return subprocess.run(
-        sync_command(*args),
-        env={**os.environ, "SQUIRREL_SYNC_DATABASE": database_url},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def account_keys(database_url: str, key_id: str = "1") -> tuple[dict[str, str], list[dict[str, str]]]:
@@ -238,58 +225,28 @@ def _schema_2(blob: str, serial: str) -> list[str]:
     ]
 
 
-def _run_sql(database_url: str, statements: list[tuple[str, tuple[object, ...]]]) -> list[Any]:
-    """Run statements (`?` placeholders) on the database directly, in one transaction; the last's rows."""
-    rows: list[Any] = []
-    if database_url.startswith("sqlite:"):
-        path = Path(urlsplit(database_url).path)
-        path.parent.mkdir(exist_ok=True)
-        with closing(sqlite3.connect(path)) as connection, connection:
-            for sql, params in statements:
-                rows = connection.execute(sql, params).fetchall()
-        return rows
-    import psycopg
-
-    with psycopg.connect(database_url) as connection:
-        for sql, params in statements:
-            cursor = connection.execute(sql.replace("?", "%s"), params)  # type: ignore[arg-type]
-            rows = cursor.fetchall() if cursor.description else []
-    return rows
-
-
 def legacy_account(database_url: str) -> tuple[str, bytes]:
     """A schema 2 database holding one account (no verifier) and its key: the API key and the data key."""
     dialect = "sqlite" if database_url.startswith("sqlite:") else "postgresql"
+    if dialect == "sqlite":
+        Path(urlsplit(database_url).path).parent.mkdir()
     api_key = "sqk_" + secrets.token_urlsafe(32)
     data_key = crypto.new_data_key()
     account_id = secrets.token_hex(16)
     wrapped = crypto.wrap_data_key(PASSPHRASE, CHEAP_KDF, account_id, data_key)
     digest = hashlib.sha256(api_key.encode()).digest()
     stamp = "2026-01-02T03:04:05.000006Z"
-    _run_sql(
-        database_url,
-        [(sql, ()) for sql in _schema_2(*_SCHEMA_2[dialect])]
-        + [
-            (
-                "INSERT INTO slots (key_hash, created_at, account_id, kdf_salt, kdf_n, kdf_r, kdf_p, "
-                "wrapped_data_key, account_created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    digest,
-                    stamp,
-                    account_id,
-                    CHEAP_KDF.salt,
-                    CHEAP_KDF.n,
-                    CHEAP_KDF.r,
-                    CHEAP_KDF.p,
-                    wrapped,
-                    stamp,
-                ),
-            ),
-            (
-                "INSERT INTO api_keys (slot_id, key_hash, key_prefix, created_at) VALUES (1, ?, ?, ?)",
-                (digest, api_key[:12], stamp),
-            ),
-        ],
+    sql = _old_database(database_url)
+    for statement in _schema_2(*_SCHEMA_2[dialect]):
+        sql(statement, ())
+    sql(
+        "INSERT INTO slots (key_hash, created_at, account_id, kdf_salt, kdf_n, kdf_r, kdf_p, "
+        "wrapped_data_key, account_created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (digest, stamp, account_id, CHEAP_KDF.salt, CHEAP_KDF.n, CHEAP_KDF.r, CHEAP_KDF.p, wrapped, stamp),
+    )
+    sql(
+        "INSERT INTO api_keys (slot_id, key_hash, key_prefix, created_at) VALUES (1, ?, ?, ?)",
+        (digest, api_key[:12], stamp),
     )
     return api_key, data_key
 
@@ -299,7 +256,7 @@ def test_an_account_made_before_verifiers_gets_its_own_from_the_first_unlock(
 ) -> None:
     api_key, data_key = legacy_account(database_url)
     with start_sync_server(database_url, log=tmp_path / "sync-server.log") as server:
-        assert _run_sql(database_url, [("SELECT value FROM sync_meta WHERE key = 'schema'", ())]) == [("3",)]
+        assert _old_database(database_url)("SELECT value FROM sync_meta WHERE key = 'schema'", ()) == [("3",)]
         read = server.get("/v1/account", api_key).json()
         assert "keyChangeVerifier" not in read
         current, earlier = account_keys(database_url)
@@ -366,7 +323,7 @@ def test_a_key_holder_who_sets_a_legacy_accounts_verifier_first_is_seen_and_undo
 
         # The operator replaces the leaked API key and forgets the verifier: the next unlock sets its own.
         assert sync(database_url, "revoke-key", "1").returncode == 0
-        fresh = issue_key_for(database_url, "1")
+        fresh = issue(database_url, "--for", "1")
         done = sync(database_url, "clear-verifier", "1")  # a revoked key still names its account
         assert done.returncode == 0 and "has no key-change verifier now" in done.stderr
         here = {**here, "SQUIRREL_API_KEY": fresh}
@@ -375,10 +332,3 @@ def test_a_key_holder_who_sets_a_legacy_accounts_verifier_first_is_seen_and_undo
         code, _, err = change(here, PASSPHRASE, NEW)
         assert code == 0, err
         assert exported(here, NEW).returncode == 0
-
-
-def issue_key_for(database_url: str, key_id: str) -> str:
-    """`issue-key --for KEY_ID`: a new API key for the same account."""
-    done = sync(database_url, "issue-key", "--for", key_id)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
