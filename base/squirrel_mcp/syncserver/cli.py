@@ -127,36 +127,40 @@ def _add_key_commands(
     revoke = commands.add_parser("revoke-key", help="revoke a key at once; its account and records stay")
     revoke.add_argument("--database", help=database_help)
     revoke.add_argument("key_id", type=int, metavar="KEY_ID", help="the key's id, as list-keys shows it")
-    opens = "the API key whose account it is, as list-keys shows it"
-    held = commands.add_parser(
+
+    def account_command(name: str, help: str) -> argparse.ArgumentParser:
+        """A command about one account, named by an API key that opens it."""
+        command = commands.add_parser(name, help=help)
+        command.add_argument("--database", help=database_help)
+        command.add_argument(
+            "key_id",
+            type=int,
+            metavar="KEY_ID",
+            help="the API key whose account it is, as list-keys shows it",
+        )
+        return command
+
+    account_command(
         "list-account-keys",
-        help="list the account keys (wrapped data keys) an account holds and held, newest first",
+        "list the account keys (wrapped data keys) an account holds and held, newest first",
     )
-    held.add_argument("--database", help=database_help)
-    held.add_argument("key_id", type=int, metavar="KEY_ID", help=opens)
-    restore = commands.add_parser(
-        "restore-account-key", help="make an account's earlier account key its key again (undo a key change)"
+    restore = account_command(
+        "restore-account-key", "make an account's earlier account key its key again (undo a key change)"
     )
-    restore.add_argument("--database", help=database_help)
-    restore.add_argument("key_id", type=int, metavar="KEY_ID", help=opens)
     restore.add_argument(
         "old_key_id",
         type=int,
         metavar="OLD_KEY_ID",
         help="the earlier key's id, as list-account-keys shows it",
     )
-    forget = commands.add_parser(
+    account_command(
         "forget-account-keys",
-        help="delete the earlier account keys an account kept (after changing a passphrase that leaked)",
+        "delete the earlier account keys an account kept (after changing a passphrase that leaked)",
     )
-    forget.add_argument("--database", help=database_help)
-    forget.add_argument("key_id", type=int, metavar="KEY_ID", help=opens)
-    clear = commands.add_parser(
+    account_command(
         "clear-verifier",
-        help="forget an account's key-change verifier; the next client that unlocks the account sets it",
+        "forget an account's key-change verifier; the next client that unlocks the account sets it",
     )
-    clear.add_argument("--database", help=database_help)
-    clear.add_argument("key_id", type=int, metavar="KEY_ID", help=opens)
 
 
 def main(argv: list[str] | None = None) -> int:
