@@ -144,6 +144,8 @@ def search(
         return Outcome([], 0, "no words")
     words, matches = plan(index, query)
     wanted = content_words(words)
+    if not wanted:
+        return Outcome([], 0, "only stopwords")
     wanted_terms = {word.term for word in wanted} | {part for word in wanted for part in word.parts}
     weights = dict.fromkeys([part for word in words for part in word.parts], HALF)
     weights.update(dict.fromkeys([word.term for word in words], 1.0))
@@ -180,8 +182,14 @@ def search(
         chosen = [memory_id for memory_id in scores if scores[memory_id] >= cutoff]
 
     def level(term: str, memory_id: str) -> float:
-        """How fully the memory holds the query term in any form it matches."""
-        return max((index.level(match, memory_id) for match in matches[term]), default=0.0)
+        """How fully the memory holds the query term in any form it matches; a longer word at most half."""
+        return max(
+            (
+                index.level(match, memory_id) if match == term else min(HALF, index.level(match, memory_id))
+                for match in matches[term]
+            ),
+            default=0.0,
+        )
 
     hits = []
     for memory_id in chosen:

@@ -213,6 +213,11 @@ def test_a_rankers_note_and_progress_reach_the_search_result(
         searching.run_search(store, host, "?!", limit=5, now=now).note
         == f"{searching.MEANING_ONLY_NOTE} {note}"
     )
+    # And a query of common words only: the ranker still ranked it, by meaning alone.
+    assert (
+        searching.run_search(store, host, "what is it", limit=5, now=now).note
+        == f"{searching.STOPWORDS_MEANING_NOTE} {note}"
+    )
 
 
 def test_a_ranker_returning_none_defers_to_the_next_and_then_lexical(

@@ -47,9 +47,9 @@ async def test_prefixes_through_the_server(client: Client) -> None:
     await call(client, "save_memory", text="Allergics anonymous meeting")
     await call(client, "save_memory", text="Prints figurines in 3ds format")
     found = await call(client, "search_memory", query="allergic")
-    # The word spelled out ranks above a longer word beginning with it; both hold it in full.
+    # The word spelled out ranks above a longer word beginning with it, which holds it only in part.
     assert [hit["text"] for hit in found["results"]] == ["Allergic to peanuts", "Allergics anonymous meeting"]
-    assert [hit["lexicalScore"] for hit in found["results"]] == [1.0, 1.0]
+    assert [hit["lexicalScore"] for hit in found["results"]] == [1.0, 0.5]
     assert (await call(client, "search_memory", query="allerg"))["total"] == 2
     assert (await call(client, "search_memory", query="3d"))["total"] == 0
     assert (await call(client, "search_memory", query="3ds"))["total"] == 1
@@ -57,3 +57,43 @@ async def test_prefixes_through_the_server(client: Client) -> None:
     await call(client, "update_memory", id=allergic["id"], text="Intolerant to peanuts", reason="milder")
     assert (await call(client, "search_memory", query="allerg"))["total"] == 1
     assert (await call(client, "search_memory", query="intol"))["total"] == 1
+
+
+async def test_a_prefix_is_never_the_whole_word_through_the_server(client: Client) -> None:
+    epipen = (await call(client, "save_memory", text="Is allergic to peanuts and carries an EpiPen"))[
+        "memory"
+    ]
+    subaru = (await call(client, "save_memory", text="Drives a blue Subaru; the car is due a service"))[
+        "memory"
+    ]
+    found = await call(client, "search_memory", query="car")
+    # "carries" begins with "car" but is another word: a partial match, ranked below the car.
+    assert [(hit["id"], hit["lexicalScore"]) for hit in found["results"]] == [
+        (subaru["id"], 1.0),
+        (epipen["id"], 0.5),
+    ]
+    assert found["results"][0]["score"] > found["results"][1]["score"]
+    # Every query word held in full only by a memory that holds each as a word.
+    both = await call(client, "search_memory", query="car peanuts")
+    assert {hit["id"]: hit["lexicalScore"] for hit in both["results"]} == {
+        subaru["id"]: 0.5,
+        epipen["id"]: 0.75,
+    }
+
+
+async def test_common_words_and_contraction_pieces_never_make_a_hit_through_the_server(
+    client: Client,
+) -> None:
+    landlord = (await call(client, "save_memory", text="The landlord's number is in the blue folder"))[
+        "memory"
+    ]
+    for text in ("She's at Anna's until Friday", "It's Tom's turn to cook", "Don't book the 7am train"):
+        await call(client, "save_memory", text=text)
+    found = await call(client, "search_memory", query="landlord's")
+    assert [hit["id"] for hit in found["results"]] == [landlord["id"]] and found["total"] == 1
+    assert found["results"][0]["lexicalScore"] == 1.0
+    # A query of common words only is not searched by words: no hits, and a note saying why.
+    for query in ("who is it", "What's that?", "don't", "s t ll ve re d m"):
+        answer = await call(client, "search_memory", query=query)
+        assert (answer["results"], answer["total"], answer["ranking"]) == ([], 0, "lexical"), query
+        assert "only common words" in answer["note"] and "words that matter" in answer["note"], query

@@ -65,6 +65,11 @@ NO_WORDS_NOTE = (
     "This query has no letter or digit in any script, so it cannot be searched by words. "
     "Search with words instead."
 )
+ONLY_STOPWORDS_NOTE = (
+    "This query holds only common words (such as 'the', 'is', 'what'), which say nothing about "
+    "what to find, so it was not searched by words. Search with the words that matter: a name, "
+    "a thing, a place."
+)
 
 
 def decay(category: str, age_days: float) -> float:
@@ -145,17 +150,19 @@ def plan(index: SearchIndex, query: str) -> Plan:
     return Plan(words, matches)
 
 
-def _holding(index: SearchIndex, found: list[str], docs: Collection[int]) -> dict[int, float]:
-    """How fully each of `docs` holds any of `found` (one query term's matches): 1 or HALF; absent, 0.
+def _holding(index: SearchIndex, term: str, found: list[str], docs: Collection[int]) -> dict[int, float]:
+    """How fully each of `docs` holds query term `term`, given the index terms it finds: 1 or HALF; absent, 0.
 
-    Probes each document's place in each posting when `docs` are few (the top hits),
-    or walks the postings when they are many (every match, for a ranker).
+    A memory holds the term in full only by the term itself held whole; by a hyphen
+    part, or by a longer word beginning with it, at HALF. Probes each document's place
+    in each posting when `docs` are few (the top hits), or walks the postings when they
+    are many (every match, for a ranker).
     """
     postings = [index.postings[match] for match in found]
     if len(docs) * len(postings) * PROBE_COST < sum(map(len, postings)):
         levels: dict[int, float] = {}
         for doc in docs:
-            level = max((index.level(match, doc) for match in found), default=0.0)
+            level = max((_level(index, term, match, doc) for match in found), default=0.0)
             if level:
                 levels[doc] = level
         return levels
@@ -163,7 +170,9 @@ def _holding(index: SearchIndex, found: list[str], docs: Collection[int]) -> dic
     partly: set[int] = set()
     for match, posting in zip(found, postings, strict=True):
         partial = index.partial.get(match)
-        if partial is None:
+        if match != term:
+            partly.update(posting.docs)
+        elif partial is None:
             wholly.update(posting.docs)
         else:
             wholly.update(set(posting.docs) - partial)
@@ -173,18 +182,24 @@ def _holding(index: SearchIndex, found: list[str], docs: Collection[int]) -> dic
     return {doc: levels[doc] for doc in levels.keys() & docs}
 
 
+def _level(index: SearchIndex, term: str, match: str, doc: int) -> float:
+    """How fully document `doc` holds query term `term` by index term `match`: 1, HALF or 0."""
+    level = index.level(match, doc)
+    return level if match == term else min(level, HALF)
+
+
 def _lexical_scores(
     index: SearchIndex, wanted: list[QueryWord], matches: dict[str, list[str]], chosen: list[int]
 ) -> dict[int, float]:
     """Each chosen document's lexicalScore: the share of the content words `wanted` it holds."""
     totals = dict.fromkeys(chosen, 0.0)
     for word in wanted:
-        whole = _holding(index, matches[word.term], chosen)
+        whole = _holding(index, word.term, matches[word.term], chosen)
         if not word.parts:
             for doc, level in whole.items():
                 totals[doc] += level
             continue
-        parts = [_holding(index, matches[part], chosen) for part in word.parts]
+        parts = [_holding(index, part, matches[part], chosen) for part in word.parts]
         for doc in chosen:
             totals[doc] += _held(whole.get(doc, 0.0), [part.get(doc, 0.0) for part in parts])
     return {doc: total / len(wanted) for doc, total in totals.items()}
@@ -213,7 +228,8 @@ def search(
 
     A memory matches when it holds at least one of the query's content words, whole
     or in part, or a word beginning with one of three or more characters (stopwords
-    alone do not make a match); only the words `plan` keeps count. `keep` filters
+    alone do not make a match; a query of stopwords only gets ONLY_STOPWORDS_NOTE and
+    no hits); only the words `plan` keeps count. `keep` filters
     memories (category, tags); `limit` caps the hits returned, while `total` counts
     every match.
     """
@@ -223,6 +239,8 @@ def search(
         planned = plan(index, query)
         matches = planned.matches
         wanted = content_words(planned.words)
+        if not wanted:
+            return Outcome([], 0, ONLY_STOPWORDS_NOTE)
         wanted_terms = {word.term for word in wanted} | {part for word in wanted for part in word.parts}
         # Each distinct term's weight in the query: whole words count fully, hyphen parts half.
         weights = dict.fromkeys([part for word in planned.words for part in word.parts], HALF)
@@ -371,7 +389,8 @@ def likely_duplicates(index: SearchIndex, new: Revision, limit: int = 3) -> list
         # How many of `words` each candidate holds in full (its content words are its full terms).
         shared: Counter[int] = Counter()
         for term in words:
-            shared.update(doc for doc, level in _holding(index, [term], candidates).items() if level == 1.0)
+            held = _holding(index, term, [term], candidates)
+            shared.update(doc for doc, level in held.items() if level == 1.0)
         found = []
         for doc, count in shared.items():
             overlap = count / (len(words) + index.content_count(doc) - count)

@@ -24,6 +24,12 @@ MEANING_ONLY_NOTE = (
     "This query has no letter or digit in any script, so no word of it could match: "
     "any results were found only by meaning."
 )
+# The same for a query of common words only.
+STOPWORDS_MEANING_NOTE = (
+    "This query holds only common words (such as 'the', 'is', 'what'), so no word of it was "
+    "matched: any results were found only by meaning."
+)
+MEANING_NOTES = {bm25.NO_WORDS_NOTE: MEANING_ONLY_NOTE, bm25.ONLY_STOPWORDS_NOTE: STOPWORDS_MEANING_NOTE}
 
 
 # Reports a search's progress (done, total, message) to the client, when the request asked for it.
@@ -103,8 +109,8 @@ def run_search(
             views.append(_hit_view(memory, hit))
     note = outcome.note
     if note is not None and ranked.ranking == "hybrid":
-        # The spec: the note says the query cannot be searched, unless the semantic ranking ran.
-        note = MEANING_ONLY_NOTE
+        # The note says the query cannot be searched by words, and that any hit came by meaning.
+        note = MEANING_NOTES.get(note, note)
     if ranked.progress is not None and progress is not None:
         progress(ranked.progress, ranked.note)
     return SearchResult(

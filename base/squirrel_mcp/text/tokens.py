@@ -263,6 +263,5 @@ def query_words(query: str) -> list[QueryWord]:
 
 
 def content_words(words: list[QueryWord]) -> list[QueryWord]:
-    """The words that are not stopwords, or all of them when every one is."""
-    kept = [word for word in words if not word.stopword]
-    return kept or words
+    """The words that are not stopwords (none when every one is)."""
+    return [word for word in words if not word.stopword]
