@@ -505,6 +505,30 @@ def test_meaning_only_hits_pass_the_filters_and_the_servers_check(store: MemoryS
     assert answer.total == 5 and len(answer.hits) == 3  # floor -1: all members, no near misses left
 
 
+def test_memories_changed_the_same_day_are_ordered_by_cosine_not_by_seconds_of_age(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    # Saved milliseconds apart: their recency weights differ in the last decimals only.
+    saved = [
+        store.save(entity="user", text=f"event number {i}", category="event", tags=[], keywords=[])
+        for i in range(8)
+    ]
+    two_days = (datetime.now(UTC) - timedelta(days=2)).isoformat(timespec="milliseconds")[:-6] + "Z"
+    older = memory("an older event").model_copy(update={"category": "event", "createdAt": two_days})
+    older = older.model_copy(update={"updatedAt": two_days})
+    store.import_history([older])
+    hybrid = warmed(open_hybrid(store, tmp_path / "v.bin", CountingModel(), []))
+    # Floor -1, span 0.01: every cosine above -0.99 gives the full meaning part.
+    hybrid.span = 0.01
+    answer = hybrid.rank("q", [], 0, options(limit=20))
+    assert answer is not None
+    hits = [hit for hit in answer.hits if hit.memory_id != older.id]
+    cosines = [hit.semantic_score for hit in hits]
+    assert len(hits) == len(saved) and cosines == sorted(cosines, reverse=True)  # type: ignore[type-var]
+    # A memory two days older still ranks below them, whatever its cosine.
+    assert answer.hits[-1].memory_id == older.id
+
+
 def test_decay_is_the_lexical_decay() -> None:
     now = datetime(2026, 6, 1, tzinfo=UTC)
     old = memory("x").model_copy(

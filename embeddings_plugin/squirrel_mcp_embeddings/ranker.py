@@ -14,6 +14,7 @@ of the session) and says so once.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -158,8 +159,10 @@ class Hybrid(WarmUp):
                 if admissible(int(n)):
                     found[ids[n]] = float(cosines[n])
                     wanted += 1
+        # Ages in whole days: memories changed the same day are equally recent, so their cosine
+        # (the tie-break) orders them, not a recency weight that differs in the sixth decimal.
         decays = {
-            memory_id: decay(memory.category, age_days(memory, options.now))
+            memory_id: decay(memory.category, math.floor(age_days(memory, options.now)))
             for memory_id, memory in memories.items()
         }
         hits, members = fusion.fuse(
