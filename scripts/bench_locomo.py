@@ -3,7 +3,8 @@
 LoCoMo (Maharana et al., "Evaluating Very Long-Term Conversational Memory of LLM
 Agents", ACL 2024) holds long conversations between two people, with questions
 whose evidence turns are annotated. The data is read at run time from a directory
-(by default ../shared/data/locomo beside the repository, or the one given); none
+(the one given, else SQUIRREL_LOCOMO_DATA, else ../shared/data/locomo beside the
+repository); none
 of it is kept in the repository.
 
 For each conversation: a new vault (`squirrel-mcp init`); every turn saved as one
@@ -44,7 +45,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT.parent / "shared" / "data" / "locomo"
+# Where the conversations are read from unless a directory is given: SQUIRREL_LOCOMO_DATA, or
+# ../shared/data/locomo beside the repository.
+DATA = Path(os.environ.get("SQUIRREL_LOCOMO_DATA") or ROOT.parent / "shared" / "data" / "locomo")
 REPORT = ROOT / "docs" / "benchmarks" / "locomo.md"
 PASSPHRASE = "benchmark passphrase, not a secret"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}

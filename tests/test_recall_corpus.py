@@ -20,7 +20,19 @@ from squirrel_mcp.search import bm25
 from squirrel_mcp.search.index import SearchIndex
 from squirrel_mcp.text.stopwords import STOPWORDS
 from squirrel_mcp.text.tokens import begins_with, document_terms, matches_prefixes, query_words
-from tests.recall.corpus import BY_ID, CORPUS, NOW, QUERIES, RANKING, SCRIPTS, SETS, TOP, measure, revision
+from tests.recall.corpus import (
+    BY_ID,
+    CORPUS,
+    NOW,
+    QUERIES,
+    RANKING,
+    SCRIPTS,
+    SETS,
+    TOP,
+    UNANSWERABLE,
+    measure,
+    revision,
+)
 
 FLOOR = 0.8
 
@@ -77,6 +89,13 @@ def test_query_sets_shape() -> None:
             assert set(query["expected"]) <= BY_ID.keys(), query
     queries = [query["query"].casefold() for query in QUERIES]
     assert len(set(queries)) == len(queries)
+
+
+def test_the_unanswerable_set_is_twenty_or_more_distinct_questions_expecting_nothing() -> None:
+    assert len(UNANSWERABLE) >= 20
+    assert len({query["id"] for query in UNANSWERABLE}) == len(UNANSWERABLE)
+    assert len({query["query"].casefold() for query in UNANSWERABLE}) == len(UNANSWERABLE)
+    assert all(set(query) == {"id", "query"} for query in UNANSWERABLE)
 
 
 def test_scripts_set_covers_each_script() -> None:

@@ -30,6 +30,8 @@ CORPUS = load("corpus.json")
 QUERIES = load("queries.json")
 RANKING = load("ranking.json")
 SCRIPTS = load("scripts.json")
+# Questions nothing in the corpus answers: what a search finds for them is noise.
+UNANSWERABLE = load("unanswerable.json")
 BY_ID = {memory["id"]: memory for memory in CORPUS}
 # The four query sets the gate reports, by name.
 SETS = {
