@@ -164,13 +164,15 @@ def _hosts(lines: list[str]) -> list[str]:
 
 def test_a_host_entry_that_runs_this_installation_passes(vault_env: dict[str, str]) -> None:
     home = Path(vault_env["HOME"])
-    cursor = _write(
-        home / ".cursor" / "mcp.json", json.dumps({"mcpServers": {"squirrel-notes": _entry(_script())}})
-    )
+    servers = {"squirrel-notes": _entry(_script()), "two\nlines": _entry(_script())}
+    cursor = _write(home / ".cursor" / "mcp.json", json.dumps({"mcpServers": servers}))
     _code, lines = _doctor(vault_env)
     assert _hosts(lines) == [
         f'✓ host config: {cursor}, entry "squirrel-notes": runs {_script()} (this installation); '
-        "SQUIRREL_PASSPHRASE is set in this file"
+        "SQUIRREL_PASSPHRASE is set in this file",
+        # A name is shown escaped: every check stays one line.
+        f'✓ host config: {cursor}, entry "two\\nlines": runs {_script()} (this installation); '
+        "SQUIRREL_PASSPHRASE is set in this file",
     ]
 
 
@@ -182,12 +184,18 @@ def test_a_host_entry_whose_command_is_missing_fails_with_the_fix(
     codex = _write(
         home / ".codex" / "config.toml",
         f"[mcp_servers.notes]\ncommand = {json.dumps(str(gone))}\n"
-        f'env = {{ SQUIRREL_PASSPHRASE = "{CONFIG_PASSPHRASE}" }}\n',
+        f'env = {{ SQUIRREL_PASSPHRASE = "{CONFIG_PASSPHRASE}" }}\n'
+        # A command that sets a variable is not shown: it may hold a secret.
+        f'[mcp_servers.squirrel-notes]\ncommand = "SQUIRREL_PASSPHRASE={CONFIG_PASSPHRASE} squirrel-mcp"\n',
     )
     code, lines = _doctor(vault_env)
     assert code == 1
-    [line] = _hosts(lines)
+    line, hidden = _hosts(lines)
     assert line.startswith(f'✗ host config: {codex}, entry "notes": {gone} does not exist; ')
+    assert hidden.startswith(
+        f'✗ host config: {codex}, entry "squirrel-notes": '
+        "its command (not shown: it holds a `=`) is not found on PATH"
+    )
     # The fix: the command this installation runs as (doctor runs here as `python -m squirrel_mcp`).
     assert line.endswith(
         f'→ set "command" to {json.dumps(sys.executable)} and "args" to ["-m", "squirrel_mcp"]'

@@ -186,10 +186,18 @@ def check_hosts(config: Config, environ: dict[str, str]) -> list[Check]:
     seen: set[Path] = set()
     entries = 0
     for file in hosts.host_files(environ, Path.home(), cwd):
-        # The current directory may be the home directory: one file, read once.
-        if not file.path.exists() or file.path.resolve() in seen:
+        try:
+            if not file.path.exists():
+                continue
+            # The current directory may be the home directory: one file, read once.
+            real = file.path.resolve()
+        except OSError as error:
+            fix = "check the owner and permissions of its folders"
+            checks.append(Check("host config", False, f"{file.path} cannot be read ({error.strerror})", fix))
             continue
-        seen.add(file.path.resolve())
+        if real in seen:
+            continue
+        seen.add(real)
         found, unreadable = hosts.read_host_file(file, cwd)
         if unreadable is not None:
             detail = f"{unreadable.path} {unreadable.problem}"
@@ -207,7 +215,7 @@ def check_entry(entry: hosts.Entry, environ: Mapping[str, str]) -> Check:
     use_this = f'set "command" to {json.dumps(this_command)}'
     if this_args:
         use_this += f' and "args" to {json.dumps(this_args)}'
-    head = f'{entry.where}, entry "{entry.name}":'
+    head = f"{entry.where}, entry {json.dumps(entry.name, ensure_ascii=False)}:"
     if entry.command is None:
         return Check("host config", False, f"{head} has no command", use_this)
     launcher = _launcher(entry.command, entry.args)
@@ -229,6 +237,8 @@ def check_entry(entry: hosts.Entry, environ: Mapping[str, str]) -> Check:
         runs = f"runs {path}, not this installation (that is {' '.join([this_command, *this_args])})"
     if path is not None and path != Path(entry.command):
         runs += "; found on your PATH, which a host not started from your shell may not have"
+    elif path is not None and not path.is_absolute():
+        runs += "; a relative path, found from this directory, which a host may not start it in"
     said, fix = PASSPHRASE_SAID[entry.passphrase]
     fixes += [fix] if fix else []
     return Check("host config", not fixes, f"{head} {runs}; {said}", "; ".join(fixes))
@@ -256,14 +266,21 @@ PASSPHRASE_SAID: dict[hosts.Passphrase, tuple[str, str]] = {
 
 def _resolve(command: str, environ: Mapping[str, str]) -> tuple[Path | None, str]:
     """The file `command` runs (a bare name looked up on PATH), or None and what is wrong."""
+    # A command that sets a variable (`X=… squirrel-mcp`) may hold a secret: not shown.
+    shown = re.sub(r"[\x00-\x1f\x7f]", "?", command)
+    if "=" in command:
+        shown = "its command (not shown: it holds a `=`)"
     if not re.search(r"[/\\]", command):
         found = shutil.which(command, path=environ.get("PATH", os.defpath))
-        return (Path(found), "") if found else (None, f"{command} is not found on PATH")
+        return (Path(found), "") if found else (None, f"{shown} is not found on PATH")
     path = Path(command)
-    if not path.exists():
-        return None, f"{command} does not exist"
+    try:
+        if not path.exists():
+            return None, f"{shown} does not exist"
+    except OSError as error:
+        return None, f"{shown} cannot be reached ({error.strerror})"
     if not path.is_file() or not os.access(path, os.X_OK):
-        return None, f"{command} is not executable"
+        return None, f"{shown} is not executable"
     return path, ""
 
 
