@@ -288,4 +288,5 @@ def test_a_config_too_large_is_not_read(vault_env: dict[str, str]) -> None:
     home = Path(vault_env["HOME"])
     large = _write(home / ".claude.json", '{"mcpServers": {}}' + " " * 6_000_000)
     _code, lines = _doctor(vault_env)
-    assert _hosts(lines)[0] == f"✓ host config: {large} is 6 MB, more than the 5 MB doctor reads; not checked"
+    line = _hosts(lines)[0]
+    assert line == f"✓ host config: {large} is 6.0 MB, more than the 5 MB doctor reads; not checked"

@@ -26,7 +26,7 @@ from typing import Literal
 
 ENTRY_NAME = "squirrel-notes"
 PLACEHOLDER = "<your passphrase>"
-MAX_CONFIG_BYTES = 5 * 1024 * 1024
+MAX_CONFIG_BYTES = 5_000_000
 
 Format = Literal["json", "jsonc", "toml"]
 
@@ -115,8 +115,8 @@ def read_host_file(file: HostFile, cwd: Path) -> tuple[list[Entry], Unreadable |
             return [], Unreadable(path, "is not a regular file", "replace it with the host's config file")
         size = path.stat().st_size
         if size > MAX_CONFIG_BYTES:
-            megabytes = MAX_CONFIG_BYTES // (1024 * 1024)
-            too_large = f"is {size / 1e6:.0f} MB, more than the {megabytes} MB doctor reads; not checked"
+            limit = MAX_CONFIG_BYTES / 1e6
+            too_large = f"is {size / 1e6:.1f} MB, more than the {limit:.0f} MB doctor reads; not checked"
             return [], Unreadable(path, too_large, "")
         with path.open("rb") as handle:
             raw = handle.read(MAX_CONFIG_BYTES + 1)
