@@ -249,11 +249,16 @@ def server_params(env: dict[str, str]) -> StdioServerParameters:
 
 
 def run_cli(
-    env: dict[str, str], *args: str, stdin: bytes | None = None, timeout: float = 120
+    env: dict[str, str],
+    *args: str,
+    stdin: bytes | None = None,
+    timeout: float = 120,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
     """Run `squirrel-mcp ARGS` with exactly `env` (plus PATH), capturing output (stderr is scanned).
 
     `timeout` is a backstop against a hang; a run that waits for the warm-up passes WARM_WAIT.
+    `cwd`: the directory it runs in (the current one when None).
     """
     registry = secrets_of_this_test()
     registry.add_env(env)
@@ -264,6 +269,7 @@ def run_cli(
         capture_output=True,
         timeout=timeout,
         check=False,
+        cwd=cwd,
     )
     stderr = result.stderr.decode(errors="replace")
     registry.texts.append((f"stderr of squirrel-mcp {' '.join(args)}", stderr))

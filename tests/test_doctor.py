@@ -2,24 +2,34 @@
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
 from mcp import Client
 
 from squirrel_mcp_embeddings.integrity import MANIFEST_NAME, PACKAGED_MODEL_DIR
-from tests.conftest import PASSPHRASE, call, needs_model, run_cli, server_params
+from tests.conftest import PASSPHRASE, call, needs_model, run_cli, secrets_of_this_test, server_params
 
 SECRET_TEXT = "Takes insulin every morning"
+# The passphrase written in the fake hosts' configs: never printed, nor any other env value.
+CONFIG_PASSPHRASE = "config passphrase 7d41"
+CONFIG_SECRETS = [CONFIG_PASSPHRASE, "an API key in a config 93ab", "a secret in a broken file 55c2"]
 
 
-def _doctor(env: dict[str, str]) -> tuple[int, list[str]]:
-    result = run_cli(env, "doctor")
+def _doctor(env: dict[str, str], cwd: Path | None = None) -> tuple[int, list[str]]:
+    for secret in CONFIG_SECRETS:
+        secrets_of_this_test().add(secret)  # stderr is scanned for them too
+    result = run_cli(env, "doctor", cwd=cwd)
     lines = result.stdout.decode().splitlines()
-    # Every line is a check; none shows a memory or the passphrase.
+    # Every line is a check; none shows a memory, a passphrase or a value of a host config.
     assert lines and all(line[:2] in ("✓ ", "✗ ") for line in lines), lines
-    assert SECRET_TEXT not in result.stdout.decode() and PASSPHRASE not in result.stdout.decode()
+    for secret in [SECRET_TEXT, PASSPHRASE, *CONFIG_SECRETS]:
+        assert secret not in result.stdout.decode() and secret not in result.stderr.decode()
     return result.returncode, lines
 
 
@@ -122,3 +132,161 @@ def test_an_unreachable_sync_server_fails_its_check(vault_env: dict[str, str]) -
     assert "→ start the sync server" in line
     assert "thirty-two" not in "\n".join(lines)
     assert "SQUIRREL_API_KEY" in _named(lines, "host config")
+
+
+# The host configs: doctor reads them under HOME, and the project files in its current directory.
+
+
+def _script() -> Path:
+    """This installation's `squirrel-mcp` script, as a pipx or venv install runs it."""
+    name = "squirrel-mcp.exe" if sys.platform == "win32" else "squirrel-mcp"
+    script = Path(sysconfig.get_path("scripts")) / name
+    assert script.is_file(), script
+    return script
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _entry(
+    command: str | Path, passphrase: str = CONFIG_PASSPHRASE, args: list[str] | None = None
+) -> dict[str, object]:
+    env = {"SQUIRREL_PASSPHRASE": passphrase, "SQUIRREL_API_KEY": CONFIG_SECRETS[1]}
+    return {"command": str(command), "args": args or [], "env": env}
+
+
+def _hosts(lines: list[str]) -> list[str]:
+    return [line for line in lines if line[2:].startswith("host config:")]
+
+
+def test_a_host_entry_that_runs_this_installation_passes(vault_env: dict[str, str]) -> None:
+    home = Path(vault_env["HOME"])
+    servers = {"squirrel-notes": _entry(_script()), "two\nlines": _entry(_script())}
+    cursor = _write(home / ".cursor" / "mcp.json", json.dumps({"mcpServers": servers}))
+    _code, lines = _doctor(vault_env)
+    assert _hosts(lines) == [
+        f'✓ host config: {cursor}, entry "squirrel-notes": runs {_script()} (this installation); '
+        "SQUIRREL_PASSPHRASE is set in this file",
+        # A name is shown escaped: every check stays one line.
+        f'✓ host config: {cursor}, entry "two\\nlines": runs {_script()} (this installation); '
+        "SQUIRREL_PASSPHRASE is set in this file",
+    ]
+
+
+def test_a_host_entry_whose_command_is_missing_fails_with_the_fix(
+    vault_env: dict[str, str], tmp_path: Path
+) -> None:
+    home = Path(vault_env["HOME"])
+    gone = tmp_path / "uninstalled" / "squirrel-mcp"
+    codex = _write(
+        home / ".codex" / "config.toml",
+        f"[mcp_servers.notes]\ncommand = {json.dumps(str(gone))}\n"
+        f'env = {{ SQUIRREL_PASSPHRASE = "{CONFIG_PASSPHRASE}" }}\n'
+        # A command that sets a variable is not shown: it may hold a secret.
+        f'[mcp_servers.squirrel-notes]\ncommand = "SQUIRREL_PASSPHRASE={CONFIG_PASSPHRASE} squirrel-mcp"\n',
+    )
+    code, lines = _doctor(vault_env)
+    assert code == 1
+    line, hidden = _hosts(lines)
+    assert line.startswith(f'✗ host config: {codex}, entry "notes": {gone} does not exist; ')
+    assert hidden.startswith(
+        f'✗ host config: {codex}, entry "squirrel-notes": '
+        "its command (not shown: it holds a `=`) is not found on PATH"
+    )
+    # The fix: the command this installation runs as (doctor runs here as `python -m squirrel_mcp`).
+    assert line.endswith(
+        f'→ set "command" to {json.dumps(sys.executable)} and "args" to ["-m", "squirrel_mcp"]'
+    )
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="Windows has no execute bit")
+def test_a_command_that_is_not_executable_fails(vault_env: dict[str, str], tmp_path: Path) -> None:
+    home = Path(vault_env["HOME"])
+    plain = _write(tmp_path / "bin" / "squirrel-mcp", "not a program")
+    os.chmod(plain, 0o644)
+    _write(home / ".claude.json", json.dumps({"mcpServers": {"squirrel-notes": _entry(plain)}}))
+    code, lines = _doctor(vault_env)
+    assert code == 1
+    [line] = _hosts(lines)
+    assert f"{plain} is not executable" in line and "→ make it executable (chmod +x)" in line
+
+
+def test_a_config_that_does_not_parse_fails_naming_its_file_and_line(vault_env: dict[str, str]) -> None:
+    home = Path(vault_env["HOME"])
+    broken = _write(home / ".claude.json", f'{{"mcpServers": {{\n  "notes": {CONFIG_SECRETS[2]}\n}}}}')
+    codex = _write(home / ".codex" / "config.toml", f"[mcp_servers.notes]\ncommand = {CONFIG_SECRETS[2]}\n")
+    code, lines = _doctor(vault_env)
+    assert code == 1
+    hosts = _hosts(lines)
+    assert hosts[0] == (
+        f"✗ host config: {broken} is not valid JSON (line 2, column 12) "
+        "→ correct that line: the host cannot read the file either"
+    )
+    assert hosts[1].startswith(f"✗ host config: {codex} is not valid TOML (line 2, column 11)")
+    assert hosts[2].startswith("✓ host config: no squirrel-mcp entry in an MCP host's config here")
+
+
+def test_no_entry_in_any_host_config_is_said_plainly(vault_env: dict[str, str]) -> None:
+    home = Path(vault_env["HOME"])
+    _write(home / ".cursor" / "mcp.json", json.dumps({"mcpServers": {"weather": _entry("/usr/bin/weather")}}))
+    _code, lines = _doctor(vault_env)
+    [line] = _hosts(lines)
+    assert line.startswith(
+        "✓ host config: no squirrel-mcp entry in an MCP host's config here "
+        "(Claude Desktop, Claude Code, Cursor, VS Code, Codex: 1 found); "
+        'put in your MCP host\'s config: "command": '
+    )
+    assert "SQUIRREL_PASSPHRASE" in line and "weather" not in line
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the fake uvx is a shell script")
+def test_project_files_uvx_entries_and_passphrases_not_in_the_file(
+    vault_env: dict[str, str], tmp_path: Path
+) -> None:
+    home, project = Path(vault_env["HOME"]), tmp_path / "project"
+    bin_dir = tmp_path / "bin"
+    uvx = _write(bin_dir / "uvx", "#!/bin/sh\n")
+    uvx.chmod(0o755)
+    env = {**vault_env, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    # VS Code's file: its key is `servers`, and it may hold comments and trailing commas.
+    vscode = _write(
+        project / ".vscode" / "mcp.json",
+        '{\n  // the passphrase is asked once\n  "servers": {"mine": '
+        + json.dumps(
+            _entry(
+                "uvx", "${input:squirrel-passphrase}", ["--from", "squirrel-mcp[embeddings]", "squirrel-mcp"]
+            )
+        )
+        + ",},\n}\n",
+    )
+    cursor = _write(
+        project / ".cursor" / "mcp.json",
+        json.dumps({"mcpServers": {"squirrel-notes": {"command": str(_script())}}}),
+    )
+    claude = _write(
+        home / ".claude.json",
+        json.dumps({"mcpServers": {"squirrel-notes": _entry(_script(), "<your passphrase>")}}),
+    )
+    code, lines = _doctor(env, cwd=project)
+    assert code == 1
+    assert _hosts(lines) == [
+        f'✗ host config: {claude}, entry "squirrel-notes": runs {_script()} (this installation); '
+        "SQUIRREL_PASSPHRASE in its env is still <your passphrase> "
+        "→ put your passphrase in place of <your passphrase>",
+        f'✓ host config: {cursor}, entry "squirrel-notes": runs {_script()} (this installation); '
+        "SQUIRREL_PASSPHRASE is not in its env: the server must get it elsewhere (the host's environment)",
+        f'✓ host config: {vscode}, entry "mine": runs through uvx, not this installation; '
+        "found on your PATH, which a host not started from your shell may not have; "
+        "SQUIRREL_PASSPHRASE comes from a VS Code input, asked once",
+    ]
+
+
+def test_a_config_too_large_is_not_read(vault_env: dict[str, str]) -> None:
+    home = Path(vault_env["HOME"])
+    large = _write(home / ".claude.json", '{"mcpServers": {}}' + " " * 6_000_000)
+    _code, lines = _doctor(vault_env)
+    line = _hosts(lines)[0]
+    assert line == f"✓ host config: {large} is 6.0 MB, more than the 5 MB doctor reads; not checked"

@@ -7,7 +7,8 @@ machine saw of it; `--accept-log` accepts it as it is), the plugins, each plugin
 and the command an MCP host's config must run. Exit status 0 when every check
 passed, 1 when any failed.
 
-It prints paths, names and counts only: never memory text, a passphrase or a key.
+It prints paths, names and counts only: never memory text, a passphrase, a key
+or any value of a host config's env.
 The passphrase comes from SQUIRREL_PASSPHRASE, or is asked on the terminal.
 """
 
@@ -16,7 +17,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
+import shutil
 import sys
+import sysconfig
+from collections.abc import Mapping
 from pathlib import Path
 
 import pluggy
@@ -25,6 +30,7 @@ from squirrel_mcp.book.checkpoint import ACCEPT_COMMAND, records
 from squirrel_mcp.book.errors import NoAccountError
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.book.reader import MemoryReader
+from squirrel_mcp.cli import hosts
 from squirrel_mcp.cli.account import server_command
 from squirrel_mcp.cli.unlock import USER_ERRORS, location, open_storage, open_store
 from squirrel_mcp.core.config import Config, ConfigError
@@ -34,6 +40,7 @@ from squirrel_mcp.plugins.manager import DEFAULT_PLUGINS, get_plugin_manager, lo
 from squirrel_mcp.storage import StorageError
 
 INIT_FIX = "run `squirrel-mcp init` to create it"
+HOSTS = "Claude Desktop, Claude Code, Cursor, VS Code, Codex"
 
 
 def check_config(config: Config) -> Check:
@@ -146,22 +153,163 @@ def plugin_checks(pm: pluggy.PluginManager, config: Config, store: MemoryStore |
     return checks
 
 
-def check_host_command(config: Config) -> Check:
-    """The command an MCP host must run, as `init` prints it, and that it can be run."""
+def check_host_command(config: Config, *, found: int) -> Check:
+    """No host's config has an entry (`found` files were read): the block to put in one.
+
+    It fails when the command `init` prints cannot be run.
+    """
     command, args = server_command()
     env = ["SQUIRREL_PASSPHRASE"]
     if config.remote:
         env += ["SQUIRREL_API_BASE_URL", "SQUIRREL_API_KEY"]
     elif config.vault_path != Config.from_env({}).vault_path:
         env.append(f"SQUIRREL_VAULT={config.vault_path}")
+    where = f"{found} found" if found else "none found"
     detail = (
-        f'in your MCP host\'s config: "command": {json.dumps(command)}, "args": {json.dumps(args)}, '
+        f"no squirrel-mcp entry in an MCP host's config here ({HOSTS}: {where}); "
+        f'put in your MCP host\'s config: "command": {json.dumps(command)}, "args": {json.dumps(args)}, '
         f'"env": {", ".join(env)} (`squirrel-mcp init` printed the whole block)'
     )
     path = Path(command)
     if path.is_absolute() and not (path.is_file() and os.access(path, os.X_OK)):
         return Check("host config", False, detail, f"{command} cannot be run; reinstall squirrel-mcp")
     return Check("host config", True, detail)
+
+
+def check_hosts(config: Config, environ: dict[str, str]) -> list[Check]:
+    """One check per squirrel-mcp entry of the hosts' configs, and per file that cannot be read.
+
+    With no entry anywhere, the one check of `check_host_command`.
+    """
+    cwd = Path.cwd()
+    checks: list[Check] = []
+    seen: set[Path] = set()
+    entries = 0
+    for file in hosts.host_files(environ, Path.home(), cwd):
+        try:
+            if not file.path.exists():
+                continue
+            # The current directory may be the home directory: one file, read once.
+            real = file.path.resolve()
+        except OSError as error:
+            fix = "check the owner and permissions of its folders"
+            checks.append(Check("host config", False, f"{file.path} cannot be read ({error.strerror})", fix))
+            continue
+        if real in seen:
+            continue
+        seen.add(real)
+        found, unreadable = hosts.read_host_file(file, cwd)
+        if unreadable is not None:
+            detail = f"{unreadable.path} {unreadable.problem}"
+            checks.append(Check("host config", not unreadable.fix, detail, unreadable.fix))
+        checks += [check_entry(entry, environ) for entry in found]
+        entries += len(found)
+    if not entries:
+        checks.append(check_host_command(config, found=len(seen)))
+    return checks
+
+
+def check_entry(entry: hosts.Entry, environ: Mapping[str, str]) -> Check:
+    """An entry's command can be run (which one it runs), and where its passphrase comes from."""
+    this_command, this_args = server_command()
+    use_this = f'set "command" to {json.dumps(this_command)}'
+    if this_args:
+        use_this += f' and "args" to {json.dumps(this_args)}'
+    head = f"{entry.where}, entry {json.dumps(entry.name, ensure_ascii=False)}:"
+    if entry.command is None:
+        return Check("host config", False, f"{head} has no command", use_this)
+    launcher = _launcher(entry.command, entry.args)
+    path, problem = _resolve(entry.command, environ)
+    fixes = []
+    if path is None:
+        runs = problem
+        if launcher is not None:
+            fixes.append(f"install {LAUNCHED_BY[launcher]}, or give its absolute path, or {use_this}")
+        elif problem.endswith("not executable"):
+            fixes.append(f"make it executable (chmod +x), or {use_this}")
+        else:
+            fixes.append(use_this)
+    elif launcher is not None:
+        runs = f"runs through {launcher}, not this installation"
+    elif _is_this_installation(path, entry.args):
+        runs = f"runs {path} (this installation)"
+    else:
+        runs = f"runs {path}, not this installation (that is {' '.join([this_command, *this_args])})"
+    if path is not None and path != Path(entry.command):
+        runs += "; found on your PATH, which a host not started from your shell may not have"
+    elif path is not None and not path.is_absolute():
+        runs += "; a relative path, found from this directory, which a host may not start it in"
+    said, fix = PASSPHRASE_SAID[entry.passphrase]
+    fixes += [fix] if fix else []
+    return Check("host config", not fixes, f"{head} {runs}; {said}", "; ".join(fixes))
+
+
+LAUNCHED_BY = {"uvx": "uv (it provides uvx)", "pipx run": "pipx"}
+
+PASSPHRASE_SAID: dict[hosts.Passphrase, tuple[str, str]] = {
+    hosts.Passphrase.SET: ("SQUIRREL_PASSPHRASE is set in this file", ""),
+    hosts.Passphrase.ABSENT: (
+        "SQUIRREL_PASSPHRASE is not in its env: the server must get it elsewhere (the host's environment)",
+        "",
+    ),
+    hosts.Passphrase.VSCODE_INPUT: ("SQUIRREL_PASSPHRASE comes from a VS Code input, asked once", ""),
+    hosts.Passphrase.EMPTY: (
+        "SQUIRREL_PASSPHRASE in its env is empty or not a string",
+        "put your passphrase there, or remove the variable",
+    ),
+    hosts.Passphrase.PLACEHOLDER: (
+        f"SQUIRREL_PASSPHRASE in its env is still {hosts.PLACEHOLDER}",
+        f"put your passphrase in place of {hosts.PLACEHOLDER}",
+    ),
+}
+
+
+def _resolve(command: str, environ: Mapping[str, str]) -> tuple[Path | None, str]:
+    """The file `command` runs (a bare name looked up on PATH), or None and what is wrong."""
+    # A command that sets a variable (`X=… squirrel-mcp`) may hold a secret: not shown.
+    shown = re.sub(r"[\x00-\x1f\x7f]", "?", command)
+    if "=" in command:
+        shown = "its command (not shown: it holds a `=`)"
+    if not re.search(r"[/\\]", command):
+        found = shutil.which(command, path=environ.get("PATH", os.defpath))
+        return (Path(found), "") if found else (None, f"{shown} is not found on PATH")
+    path = Path(command)
+    try:
+        if not path.exists():
+            return None, f"{shown} does not exist"
+    except OSError as error:
+        return None, f"{shown} cannot be reached ({error.strerror})"
+    if not path.is_file() or not os.access(path, os.X_OK):
+        return None, f"{shown} is not executable"
+    return path, ""
+
+
+def _launcher(command: str, args: list[str]) -> str | None:
+    """The launcher (uvx, pipx run) when the command installs squirrel-mcp as it starts it."""
+    name = re.split(r"[/\\]", command)[-1].lower().removesuffix(".exe")
+    if name == "uvx" or (name == "uv" and args[:2] == ["tool", "run"]):
+        return "uvx"
+    if name == "pipx" and args[:1] == ["run"]:
+        return "pipx run"
+    return None
+
+
+def _is_this_installation(path: Path, args: list[str]) -> bool:
+    """`path` is this interpreter's squirrel-mcp script, or this interpreter with `-m squirrel_mcp`."""
+    real = os.path.realpath(path)
+    if args[:2] == ["-m", "squirrel_mcp"]:
+        # Not resolved alone: a venv's python links to an interpreter that lacks squirrel_mcp.
+        python = Path(sys.executable).absolute()
+        return path.absolute().parent == python.parent and real == os.path.realpath(python)
+    if args:
+        return False
+    user = sysconfig.get_preferred_scheme("user")
+    folders = {sysconfig.get_path("scripts"), sysconfig.get_path("scripts", user)}
+    scripts = [Path(folder) / name for folder in folders for name in ("squirrel-mcp", "squirrel-mcp.exe")]
+    command, own_args = server_command()
+    if not own_args:
+        scripts.append(Path(command))
+    return any(script.is_file() and os.path.realpath(script) == real for script in scripts)
 
 
 def run(config: Config, environ: dict[str, str] | None = None, *, accept_log: bool = False) -> int:
@@ -182,7 +330,7 @@ def run(config: Config, environ: dict[str, str] | None = None, *, accept_log: bo
     loaded, pm = check_plugins(environ)
     checks += loaded
     checks += plugin_checks(pm, config, store)
-    checks.append(check_host_command(config))
+    checks += check_hosts(config, environ)
     for check in checks:
         print(check.line())
     sys.stdout.flush()
