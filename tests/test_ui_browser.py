@@ -141,6 +141,8 @@ def test_a_persons_round_in_chromium(browser: Browser, vault_env: dict[str, str]
         assert shown_cards(page, "#results") == [(hit.id, hit.text) for hit in expected.results]
         lexical = page.locator("#results .lexical").all_inner_texts()
         assert lexical == [f"{hit.lexicalScore:.3f}" for hit in expected.results]
+        scores = page.locator("#results .score").all_inner_texts()
+        assert scores == [f"{hit.score:.3f}" for hit in expected.results]
         screenshot(page, "search")
 
         # Correct it, with a reason.

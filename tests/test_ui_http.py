@@ -191,13 +191,15 @@ def test_form_errors_name_the_rule_and_write_nothing(vault_env: dict[str, str], 
         assert status == 400 and "<b>reason</b>: " in body
         with library(vault_env) as store:
             assert [r.revision for r in store.history(memory.id)] == [1]
-        # Filters and searches too.
+        # Filters and searches too, each box saying what did not happen (nothing was being saved).
         status, _, body = ui.request("GET", "/?category=gossip", headers=session)
         assert status == 400 and "<b>category</b>: " in body
+        assert "Not filtered" in body and "saved" not in body
         status, _, body = ui.request("GET", "/?limit=1000", headers=session)
         assert status == 400 and "<b>limit</b>: " in body
         status, _, body = ui.request("GET", "/search?q=" + quote("q" * 1001), headers=session)
         assert status == 400 and "<b>query</b>: " in body
+        assert "Nothing was searched:" in body and "saved" not in body
         status, _, _ = ui.request("GET", "/memory/not-an-id", headers=session)
         assert status == 404
         # A valid correction lands, as the newest revision with its reason.
@@ -273,6 +275,8 @@ def test_search_counts_and_export(vault_env: dict[str, str], tmp_path: Path) -> 
         assert status == 200
         assert SECRET_TEXT in page and "penicillin" not in page
         assert "lexicalScore" in page and "semanticScore" in page and 'id="ranking">lexical<' in page
+        # The score that orders the hits is shown beside the two it is made from.
+        assert re.search(r'score <b class="score">\d\.\d{3}</b>', page)
         # Near misses on request.
         status, _, page = ui.request(
             "GET", "/search?" + urlencode({"q": "medicine", "near": "1"}), headers=session

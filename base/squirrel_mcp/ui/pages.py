@@ -38,13 +38,21 @@ def layout(title: str, body: Html, *, where: str, query: str = "") -> Html:
     return html(_template(), title=title, body=body, where=where, query=query)
 
 
-def problems_box(problems: Sequence[tuple[str, str]]) -> Html:
-    """The rules a form broke, field by field (never the values given)."""
+# What did not happen when a form broke a rule, by form: the box says it above the rules.
+NOT_SAVED = "Nothing was saved:"
+NOT_SEARCHED = "Nothing was searched:"
+NOT_FILTERED = "Not filtered (the list shows every memory):"
+
+
+def problems_box(problems: Sequence[tuple[str, str]], *, outcome: str = NOT_SAVED) -> Html:
+    """The rules a form broke, field by field (never the values given), under what did not happen."""
     if not problems:
         return Html("")
     items = join(html("<li><b>{name}</b>: {rule}</li>", name=name, rule=rule) for name, rule in problems)
     return html(
-        '<div class="problems" role="alert"><p>Nothing was saved:</p><ul>{items}</ul></div>', items=items
+        '<div class="problems" role="alert"><p>{outcome}</p><ul>{items}</ul></div>',
+        outcome=outcome,
+        items=items,
     )
 
 
@@ -165,7 +173,7 @@ def list_page(
         '<ul class="cards" id="memories">{cards}</ul>'
         '<nav class="paging">{links}</nav></section>{counts}</div>',
         filters=_filters_form(filters),
-        problems=problems_box(problems),
+        problems=problems_box(problems, outcome=NOT_FILTERED),
         shown=shown,
         cards=cards,
         links=join(links, " "),
@@ -176,10 +184,13 @@ def list_page(
 def _scores(hit: SearchHit) -> Html:
     semantic = "none (no semantic ranker)" if hit.semanticScore is None else f"{hit.semanticScore:.3f}"
     near = Html('<span class="badge near">near miss: check it</span> ') if hit.nearMiss else Html("")
+    # score is what orders the hits; the other two are what it was made from.
     return html(
-        '<p class="scores">{near}lexicalScore <b class="lexical">{lexical}</b> · '
+        '<p class="scores">{near}score <b class="score">{score}</b> · '
+        'lexicalScore <b class="lexical">{lexical}</b> · '
         'semanticScore <b class="semantic">{semantic}</b></p>',
         near=near,
+        score=Html(f"{hit.score:.3f}"),
         lexical=Html(f"{hit.lexicalScore:.3f}"),
         semantic=semantic,
     )
@@ -209,7 +220,7 @@ def search_page(
     result: SearchResult | None,
     problems: Sequence[tuple[str, str]],
 ) -> Html:
-    """A search's results in rank order, each with its lexical and semantic scores."""
+    """A search's results in rank order, each with its score and the lexical and semantic ones."""
     if result is None:
         summary = Html("")
     else:
@@ -228,7 +239,7 @@ def search_page(
         "<section><h1>Search</h1>{form}{problems}{summary}"
         '<ol class="cards" id="results">{cards}</ol></section>',
         form=_search_form(form),
-        problems=problems_box(problems),
+        problems=problems_box(problems, outcome=NOT_SEARCHED),
         summary=summary,
         cards=cards,
     )
