@@ -231,7 +231,8 @@ def _memory_of(hit: SearchHit) -> Memory:
 def _search_form(form: SearchForm) -> Html:
     return html(
         '<form class="filters" method="get" action="/search">'
-        '<label>Query <input id="q" name="q" type="search" value="{q}" maxlength="1000" required></label>'
+        '<label class="query">Query '
+        '<input id="q" name="q" type="search" value="{q}" maxlength="1000" required></label>'
         '<label>Category <select name="category">{categories}</select></label>'
         '<label>Tags <input name="tags" value="{tags}" placeholder="all of these"></label>'
         '<label class="check"><input type="checkbox" name="near" value="1"{near}> near misses</label>'
