@@ -34,7 +34,7 @@ DESKTOP = {"width": 1100, "height": 900}
 WAIT_MS = 120_000
 
 try:
-    from playwright.sync_api import Browser, Page, sync_playwright
+    from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 except ImportError:  # pragma: no cover - the lock files install it
     sync_playwright = None  # type: ignore[assignment]
 
@@ -60,6 +60,18 @@ def browser() -> Iterator[Browser]:
             yield launched
         finally:
             launched.close()
+
+
+def open_page(browser: Browser) -> tuple[BrowserContext, Page, list[str]]:
+    """A desktop-sized tab, and the list its script errors (and policy refusals) go to."""
+    context = browser.new_context(viewport=DESKTOP)
+    # Generous: the machine may be busy, and every wait ends as soon as the page is there.
+    context.set_default_timeout(WAIT_MS)
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("console", lambda message: problems.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    return context, page, problems
 
 
 def screenshot(page: Page, name: str) -> None:
@@ -115,13 +127,7 @@ def test_a_persons_round_in_chromium(browser: Browser, vault_env: dict[str, str]
             entity="home network",
             tags=["house"],
         )
-    context = browser.new_context(viewport=DESKTOP)
-    # Generous: the machine may be busy, and every wait ends as soon as the page is there.
-    context.set_default_timeout(WAIT_MS)
-    page = context.new_page()
-    problems: list[str] = []
-    page.on("console", lambda message: problems.append(message.text) if message.type == "error" else None)
-    page.on("pageerror", lambda error: problems.append(str(error)))
+    context, page, problems = open_page(browser)
     with running_ui(vault_env, tmp_path) as ui:
         # The printed address: the token is traded for a cookie, and leaves the address bar.
         page.goto(ui.url)
@@ -223,12 +229,7 @@ def test_a_conflict_survives_a_reload_and_the_labels_filter(
             entity="home network",
             tags=["house"],
         )
-    context = browser.new_context(viewport=DESKTOP)
-    context.set_default_timeout(WAIT_MS)
-    page = context.new_page()
-    problems: list[str] = []
-    page.on("console", lambda message: problems.append(message.text) if message.type == "error" else None)
-    page.on("pageerror", lambda error: problems.append(str(error)))
+    context, page, problems = open_page(browser)
     with running_ui(vault_env, tmp_path) as ui:
         page.goto(ui.url)
         # When it changed: how long ago, the exact time on hover (the title), written by the server.

@@ -179,7 +179,9 @@ class Page:
         try:
             changes, reason, rendered_from = forms.correction(form, latest)
         except FormError as error:
-            return self.refused(memory_id, error.problems, values=form, form_revision=_int(form))
+            return self.refused(
+                memory_id, error.problems, values=forms.correction_values(form), form_revision=_int(form)
+            )
         try:
             self.store.update(memory_id, changes=changes, reason=reason, expected_revision=rendered_from)
         except ConflictError:
@@ -194,7 +196,9 @@ class Page:
                 )
             else:
                 rule = str(error)
-            return self.refused(memory_id, [("form", rule)], values=form, form_revision=_int(form))
+            return self.refused(
+                memory_id, [("form", rule)], values=forms.correction_values(form), form_revision=_int(form)
+            )
         return _done(memory_id, "corrected")
 
     def _conflict(self, memory_id: str, form: dict[str, str], loaded: int) -> Response:

@@ -235,6 +235,11 @@ def correction(form: dict[str, str], current: Revision) -> tuple[dict[str, objec
     return changes, reason, revision
 
 
+def correction_values(form: dict[str, str]) -> dict[str, str]:
+    """The fields of a correction form that come back into it (a body's other names are dropped)."""
+    return {name: form[name] for name in (*FIELDS, "reason") if name in form}
+
+
 def field_text(revision: Revision, name: str) -> str:
     """One of FIELDS of `revision` as the text of its form field."""
     value = getattr(revision, name)
@@ -258,7 +263,7 @@ def rebase(
     again does not undo the other change; a field the person edited keeps their
     text. Returns the form's new values and the fields both changed differently.
     """
-    values = dict(form)
+    values = correction_values(form)
     both = []
     for name in FIELDS:
         mine, now = form.get(name, ""), field_text(latest, name)
