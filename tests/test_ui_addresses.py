@@ -121,3 +121,22 @@ def test_the_text_opens_the_memory_and_each_label_filters_the_list(
         for address, count in (("/?entity=Home+%26+garden", 1), ("/?tags=house", 2), ("/?category=note", 2)):
             status, _, page = ui.request("GET", address, headers=session)
             assert status == 200 and page.count('<li class="card"') == count, address
+
+
+def test_a_correction_of_a_memory_deleted_meanwhile_keeps_its_text(
+    vault_env: dict[str, str], tmp_path: Path
+) -> None:
+    create_vault(vault_env)
+    with library(vault_env) as store:
+        memory = save(store, SECRET_TEXT, entity="home")
+    with running_ui(vault_env, tmp_path) as ui:
+        session = {"Cookie": ui.login()}
+        write = {**session, **FORM, "Origin": ui.origin}
+        with library(vault_env) as store:
+            store.delete(memory.id, reason=None)
+        mine = "The spare key hides in the garden shed"
+        body = form_body(text=mine, entity="home", category="note", reason="it moved", revision="1")
+        location, page = post_form(ui, f"/memory/{memory.id}/correct", write, body)
+        assert "it was deleted meanwhile" in page and 'class="restore"' in page
+        assert f'<blockquote class="unsaved">{mine}</blockquote>' in page
+        assert ui.request("GET", location, headers=session)[0] == 200

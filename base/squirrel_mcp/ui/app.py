@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
 from importlib.resources import files
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -152,9 +151,18 @@ class Page:
         )
         return self.render(latest.entity, memory_page(view))
 
-    def refused(self, memory_id: str, problems: list[tuple[str, str]], **kept: Any) -> Response:
+    def refused(
+        self,
+        memory_id: str,
+        problems: list[tuple[str, str]],
+        *,
+        values: dict[str, str] | None = None,
+        form_revision: int | None = None,
+        changed: tuple[int, int] | None = None,
+    ) -> Response:
         """A refused form: its Outcome kept, and a redirect to the memory's page, which shows it."""
-        key = self.outcomes.keep(Outcome(memory_id, problems, **kept))
+        outcome = Outcome(memory_id, problems, values, form_revision, changed)
+        key = self.outcomes.keep(outcome)
         return RedirectResponse(f"/memory/{memory_id}?outcome={key}", status_code=303)
 
     def export(self, request: Request) -> Response:
