@@ -8,7 +8,7 @@ The browser is Debian's `chromium` (Playwright cannot download its own here);
 `nox -s tests` installs it through .ci/chromium. Without it the test is skipped,
 saying why, unless SQUIRREL_TEST_BROWSER_REQUIRED=1 (set by .ci/run), which
 makes its absence a failure. With SQUIRREL_UI_SCREENSHOTS=DIR it saves the list,
-a search and a history as PNGs into DIR (docs/ui holds those of one run).
+a search, a history and a conflict as PNGs into DIR (docs/ui holds those of one run).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ DESKTOP = {"width": 1100, "height": 900}
 WAIT_MS = 120_000
 
 try:
-    from playwright.sync_api import Browser, Page, sync_playwright
+    from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 except ImportError:  # pragma: no cover - the lock files install it
     sync_playwright = None  # type: ignore[assignment]
 
@@ -60,6 +60,18 @@ def browser() -> Iterator[Browser]:
             yield launched
         finally:
             launched.close()
+
+
+def open_page(browser: Browser) -> tuple[BrowserContext, Page, list[str]]:
+    """A desktop-sized tab, and the list its script errors (and policy refusals) go to."""
+    context = browser.new_context(viewport=DESKTOP)
+    # Generous: the machine may be busy, and every wait ends as soon as the page is there.
+    context.set_default_timeout(WAIT_MS)
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("console", lambda message: problems.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    return context, page, problems
 
 
 def screenshot(page: Page, name: str) -> None:
@@ -115,13 +127,7 @@ def test_a_persons_round_in_chromium(browser: Browser, vault_env: dict[str, str]
             entity="home network",
             tags=["house"],
         )
-    context = browser.new_context(viewport=DESKTOP)
-    # Generous: the machine may be busy, and every wait ends as soon as the page is there.
-    context.set_default_timeout(WAIT_MS)
-    page = context.new_page()
-    problems: list[str] = []
-    page.on("console", lambda message: problems.append(message.text) if message.type == "error" else None)
-    page.on("pageerror", lambda error: problems.append(str(error)))
+    context, page, problems = open_page(browser)
     with running_ui(vault_env, tmp_path) as ui:
         # The printed address: the token is traded for a cookie, and leaves the address bar.
         page.goto(ui.url)
@@ -141,10 +147,13 @@ def test_a_persons_round_in_chromium(browser: Browser, vault_env: dict[str, str]
         assert shown_cards(page, "#results") == [(hit.id, hit.text) for hit in expected.results]
         lexical = page.locator("#results .lexical").all_inner_texts()
         assert lexical == [f"{hit.lexicalScore:.3f}" for hit in expected.results]
+        scores = page.locator("#results .score").all_inner_texts()
+        assert scores == [f"{hit.score:.3f}" for hit in expected.results]
         screenshot(page, "search")
 
         # Correct it, with a reason.
-        page.click(f'#results li[data-id="{key.id}"] a.entity')
+        # The memory's text is the link to its page.
+        page.click(f'#results li[data-id="{key.id}"] .text a')
         page.wait_for_url(f"**/memory/{key.id}")
         corrected = "The spare key is with the neighbour at number 12"
         page.fill("form.edit textarea[name=text]", corrected)
@@ -203,4 +212,77 @@ def test_a_persons_round_in_chromium(browser: Browser, vault_env: dict[str, str]
         assert shown_cards(page, "#memories") == profile
     context.close()
     # No script error, and nothing the policy blocked.
+    assert problems == []
+
+
+def test_a_conflict_survives_a_reload_and_the_labels_filter(
+    browser: Browser, vault_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A correction refused because the agent changed the memory meanwhile, then a reload; the links."""
+    create_vault(vault_env)
+    with library(vault_env) as store:
+        save(store, "Prefers green tea over coffee, no sugar", category="preference", tags=["food"])
+        key = save(store, "The spare key hides under the blue flowerpot", entity="home", tags=["house"])
+        save(
+            store,
+            "Wi-Fi password for the guest network is on the fridge",
+            entity="home network",
+            tags=["house"],
+        )
+    context, page, problems = open_page(browser)
+    with running_ui(vault_env, tmp_path) as ui:
+        page.goto(ui.url)
+        # When it changed: how long ago, the exact time on hover (the title), written by the server.
+        card = page.locator(f'#memories li[data-id="{key.id}"]')
+        when = card.locator("time")
+        assert when.inner_text() == "just now" and when.get_attribute("datetime") == key.updatedAt
+        assert re.fullmatch(
+            r"\w{3} \d{1,2} \w{3} \d{4}, \d\d:\d\d:\d\d \S+", when.get_attribute("title") or ""
+        )
+        # A tag filters the list by it; so does an entity.
+        card.locator("a.tag", has_text="house").click()
+        page.wait_for_url(re.compile(r"/\?tags=house$"))
+        with library(vault_env) as store:
+            tagged = [(m.id, m.text) for m in store.current() if "house" in m.tags]
+        assert len(tagged) == 2 and shown_cards(page, "#memories") == tagged
+        page.click(f'#memories li[data-id="{key.id}"] a.entity')
+        page.wait_for_url(re.compile(r"/\?entity=home$"))
+        assert shown_cards(page, "#memories") == [(key.id, key.text)]
+        # The text opens the memory; the agent (another process) corrects it meanwhile.
+        page.click(f'#memories li[data-id="{key.id}"] .text a')
+        page.wait_for_url(f"**/memory/{key.id}")
+        agent_text = "The spare key is with the neighbour at number 12"
+        with library(vault_env) as store:
+            store.update(key.id, changes={"text": agent_text}, reason="moved it")
+        mine = "The spare key hides in the garden shed"
+        page.fill("form.edit textarea[name=text]", mine)
+        page.fill("form.edit input[name=reason]", "it moved")
+        page.click("form.edit button[type=submit]")
+        page.wait_for_url(re.compile(rf"/memory/{key.id}\?outcome=[\w-]+$"))
+        # The conflict, then a reload: the memory as it is, what changed, the unsaved text; no 409.
+        for reload in (False, True):
+            if reload:
+                response = page.reload()
+                assert response is not None and response.status == 200
+            assert page.inner_text("#text") == agent_text
+            assert page.locator("#conflict del").inner_text() == key.text
+            assert page.locator("#conflict ins").inner_text() == agent_text
+            assert page.input_value("form.edit textarea[name=text]") == mine
+            assert page.input_value("form.edit input[name=revision]") == "2"
+        screenshot(page, "conflict")
+        # Saved from there, it lands on the agent's revision.
+        page.click("form.edit button[type=submit]")
+        page.wait_for_url(re.compile(r"\?done=corrected$"))
+        with library(vault_env) as store:
+            assert (store.get(key.id).revision, store.get(key.id).text) == (3, mine)
+        # Enter in the address bar on a form's address: the memory's page, never a 405.
+        for form in ("correct", "delete", "restore"):
+            response = page.goto(f"{ui.origin}/memory/{key.id}/{form}")
+            assert response is not None and response.status == 200, form
+            assert page.url == f"{ui.origin}/memory/{key.id}" and page.inner_text("#text") == mine
+        # The search page has one search box: its own, with the filters.
+        page.goto(f"{ui.origin}/search?q=key")
+        assert page.locator("input[name=q]").count() == 1
+        assert page.input_value("input[name=q]") == "key"
+    context.close()
     assert problems == []

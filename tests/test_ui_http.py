@@ -17,17 +17,21 @@ import pytest
 from mcp import Client
 
 from tests.conftest import WARM_WAIT, WARMING, call, needs_model, run_cli, server_params
-from tests.ui_support import create_vault, library, running_ui, save
+from tests.ui_support import (
+    FORM,
+    create_vault,
+    form_body,
+    library,
+    outcome_address,
+    post_form,
+    running_ui,
+    save,
+)
 
 # Every test here starts `squirrel-mcp ui` (and a browser or a server) in processes of their own.
 pytestmark = pytest.mark.process
 
 SECRET_TEXT = "The spare key hides under the blue flowerpot"
-FORM = {"content-type": "application/x-www-form-urlencoded"}
-
-
-def form_body(**fields: str) -> bytes:
-    return urlencode(fields).encode()
 
 
 def rendered_revision(page: str) -> str:
@@ -166,45 +170,47 @@ def test_form_errors_name_the_rule_and_write_nothing(vault_env: dict[str, str], 
             ({"revision": "zero"}, "revision", "valid integer"),
             ({"text": SECRET_TEXT}, "form", "nothing to change"),
         ]
+        # Each refusal redirects to the memory's page, which names the field and the rule above
+        # the form as it was sent; the address holds a key, never what was typed.
         for change, field, rule in cases:
-            status, _, body = ui.request(
-                "POST", f"/memory/{memory.id}/correct", headers=write, body=form_body(**(good | change))
-            )
-            assert status == 400, (field, status)
+            sent = good | change
+            location, body = post_form(ui, f"/memory/{memory.id}/correct", write, form_body(**sent))
+            assert outcome_address(memory.id).fullmatch(location), (field, location)
+            assert "Nothing was saved:" in body
             assert f"<b>{field}</b>: " in body and rule in body, (field, rule)
+            assert f'<input name="reason" value="{sent["reason"]}" required>' in body, field
         # A body that is no form of this page.
-        status, _, body = ui.request(
-            "POST",
+        location, body = post_form(
+            ui,
             f"/memory/{memory.id}/correct",
-            headers={**write, "content-type": "application/json"},
-            body=json.dumps(good).encode(),
+            {**write, "content-type": "application/json"},
+            json.dumps(good).encode(),
         )
-        assert status == 400 and "application/x-www-form-urlencoded" in body
+        assert outcome_address(memory.id).fullmatch(location)
+        assert "application/x-www-form-urlencoded" in body
         status, _, body = ui.request(
             "POST", f"/memory/{memory.id}/correct", headers=write, body=form_body(text="x" * 300_000)
         )
         assert status == 413
         # A delete's reason follows the same rule.
-        status, _, body = ui.request(
-            "POST", f"/memory/{memory.id}/delete", headers=write, body=form_body(reason="r" * 501)
-        )
-        assert status == 400 and "<b>reason</b>: " in body
+        location, body = post_form(ui, f"/memory/{memory.id}/delete", write, form_body(reason="r" * 501))
+        assert outcome_address(memory.id).fullmatch(location) and "<b>reason</b>: " in body
         with library(vault_env) as store:
             assert [r.revision for r in store.history(memory.id)] == [1]
-        # Filters and searches too.
+        # Filters and searches too, each box saying what did not happen (nothing was being saved).
         status, _, body = ui.request("GET", "/?category=gossip", headers=session)
         assert status == 400 and "<b>category</b>: " in body
+        assert "Not filtered" in body and "saved" not in body
         status, _, body = ui.request("GET", "/?limit=1000", headers=session)
         assert status == 400 and "<b>limit</b>: " in body
         status, _, body = ui.request("GET", "/search?q=" + quote("q" * 1001), headers=session)
         assert status == 400 and "<b>query</b>: " in body
+        assert "Nothing was searched:" in body and "saved" not in body
         status, _, _ = ui.request("GET", "/memory/not-an-id", headers=session)
         assert status == 404
         # A valid correction lands, as the newest revision with its reason.
-        status, _, _ = ui.request(
-            "POST", f"/memory/{memory.id}/correct", headers=write, body=form_body(**good)
-        )
-        assert status == 303
+        location, body = post_form(ui, f"/memory/{memory.id}/correct", write, form_body(**good))
+        assert location == f"/memory/{memory.id}?done=corrected" and "Saved: " in body
         with library(vault_env) as store:
             latest = store.get(memory.id)
             assert (latest.revision, latest.text, latest.reason) == (2, good["text"], "it moved")
@@ -212,7 +218,7 @@ def test_form_errors_name_the_rule_and_write_nothing(vault_env: dict[str, str], 
 
 @pytest.mark.anyio
 async def test_beside_a_running_server(vault_env: dict[str, str], tmp_path: Path) -> None:
-    """The page and a server on one vault see each other's writes; a stale correction is told to reload."""
+    """The page and a server on one vault see each other's writes; a stale correction shows the change."""
     create_vault(vault_env)
     async with Client(server_params(vault_env)) as client:
         saved = await call(client, "save_memory", text=SECRET_TEXT, entity="home", tags=["house"])
@@ -224,10 +230,17 @@ async def test_beside_a_running_server(vault_env: dict[str, str], tmp_path: Path
             status, _, page = ui.request("GET", f"/memory/{memory_id}", headers=session)
             assert status == 200 and SECRET_TEXT in page
             rendered = rendered_revision(page)
-            # The agent corrects it after the page was rendered.
+            # The agent corrects its text and tags after the page was rendered.
             agent_text = "The spare key is with the neighbour at number 12"
-            await call(client, "update_memory", id=memory_id, text=agent_text, reason="moved it")
-            # The page's correction, made on revision 1, is refused: reload.
+            await call(
+                client,
+                "update_memory",
+                id=memory_id,
+                text=agent_text,
+                tags=["house", "keys"],
+                reason="moved it",
+            )
+            # The page's correction of the text, made on revision 1, is refused.
             page_text = "The spare key hides in the garden shed"
             body = form_body(
                 text=page_text,
@@ -238,26 +251,50 @@ async def test_beside_a_running_server(vault_env: dict[str, str], tmp_path: Path
                 reason="wrong",
                 revision=rendered,
             )
-            status, _, answer = ui.request("POST", f"/memory/{memory_id}/correct", headers=write, body=body)
-            assert status == 409
-            assert "reload the page" in answer and "revision 2" in answer
+            location, page = post_form(ui, f"/memory/{memory_id}/correct", write, body)
+            assert outcome_address(memory_id).fullmatch(location) and "garden" not in location
             with library(vault_env) as store:
                 assert [(r.revision, r.text) for r in store.history(memory_id)] == [
                     (1, SECRET_TEXT),
                     (2, agent_text),
                 ]
-            # The page shows the agent's correction at its next request, and the server the page's delete.
+            # A reload of that address (twice) shows the memory as it is now, the conflict with what
+            # changed meanwhile, and the person's unsaved text, in a form now on revision 2; never a 409.
+            for _ in range(2):
+                status, _, page = ui.request("GET", location, headers=session)
+                assert status == 200
+                assert f'<p class="text" id="text">{agent_text}</p>' in page
+                assert "changed since this form was loaded (at revision 1; it is now at revision 2)" in page
+                conflict = page[
+                    page.index('id="conflict"') : page.index("</section>", page.index('id="conflict"'))
+                ]
+                assert f"<del>{SECRET_TEXT}</del>" in conflict and f"<ins>{agent_text}</ins>" in conflict
+                assert "<del>house</del>" in conflict and "<ins>house, keys</ins>" in conflict
+                assert f'<textarea name="text" rows="5">{page_text}</textarea>' in page
+                assert rendered_revision(page) == "2"
+                # The tags the person left alone take the agent's; the text both changed is theirs.
+                assert '<input name="tags" value="house, keys">' in page
+                assert "<b>both changed</b>: text" in page
+            # Sent again from that page, the correction lands on top of the agent's.
+            sent = dict(re.findall(r'<input name="(\w+)" value="([^"]*)"', page))
+            body = form_body(**sent, text=page_text, category="note", revision=rendered_revision(page))
+            location, page = post_form(ui, f"/memory/{memory_id}/correct", write, body)
+            assert location == f"/memory/{memory_id}?done=corrected"
+            with library(vault_env) as store:
+                latest = store.get(memory_id)
+                assert (latest.revision, latest.text, latest.tags) == (3, page_text, ["house", "keys"])
+            # The page shows the agent's changes at its next request, and the server the page's delete.
+            await call(client, "update_memory", id=memory_id, text=agent_text, reason="no, the neighbour")
             status, _, page = ui.request("GET", "/", headers=session)
             assert agent_text in page
-            status, _, _ = ui.request(
-                "POST", f"/memory/{memory_id}/delete", headers=write, body=form_body(reason="obsolete")
-            )
-            assert status == 303
+            location, _ = post_form(ui, f"/memory/{memory_id}/delete", write, form_body(reason="obsolete"))
+            assert location == f"/memory/{memory_id}?done=deleted"
             got = await call(client, "get_memory", id=memory_id)
-            assert got["deleted"] is True and got["memory"]["revision"] == 3
-            # A second delete (another tab, stale) is refused: it already is deleted.
-            status, _, answer = ui.request("POST", f"/memory/{memory_id}/delete", headers=write, body=b"")
-            assert status == 409 and "already deleted" in answer
+            assert got["deleted"] is True and got["memory"]["revision"] == 5
+            # A second delete (another tab, stale) is refused, on a page that reloads: it already is deleted.
+            location, page = post_form(ui, f"/memory/{memory_id}/delete", write, b"")
+            assert outcome_address(memory_id).fullmatch(location) and "already deleted" in page
+            assert ui.request("GET", location, headers=session)[0] == 200
 
 
 def test_search_counts_and_export(vault_env: dict[str, str], tmp_path: Path) -> None:
@@ -273,6 +310,8 @@ def test_search_counts_and_export(vault_env: dict[str, str], tmp_path: Path) -> 
         assert status == 200
         assert SECRET_TEXT in page and "penicillin" not in page
         assert "lexicalScore" in page and "semanticScore" in page and 'id="ranking">lexical<' in page
+        # The score that orders the hits is shown beside the two it is made from.
+        assert re.search(r'score <b class="score">\d\.\d{3}</b>', page)
         # Near misses on request.
         status, _, page = ui.request(
             "GET", "/search?" + urlencode({"q": "medicine", "near": "1"}), headers=session

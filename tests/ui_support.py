@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.core.models import Category, Revision
@@ -112,6 +112,30 @@ class Ui:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGINT)
         return self.process.wait(timeout=PROCESS_TIMEOUT)
+
+
+# The header a form's POST carries.
+FORM = {"content-type": "application/x-www-form-urlencoded"}
+
+
+def form_body(**fields: str) -> bytes:
+    """A form's fields as its POST body."""
+    return urlencode(fields).encode()
+
+
+def post_form(ui: Ui, path: str, headers: dict[str, str], body: bytes) -> tuple[str, str]:
+    """POST a form, which answers with a redirect (303); (its address, the page there, a 200)."""
+    status, answer_headers, answer = ui.request("POST", path, headers=headers, body=body)
+    assert status == 303, (path, status, answer[:300])
+    location = answer_headers["location"]
+    status, _, page = ui.request("GET", location, headers={"Cookie": headers["Cookie"]})
+    assert status == 200, (location, status)
+    return location, page
+
+
+def outcome_address(memory_id: str) -> re.Pattern[str]:
+    """The address a refused form redirects to: the memory's page and a random key, never a value."""
+    return re.compile(rf"/memory/{memory_id}\?outcome=[A-Za-z0-9_-]{{22}}")
 
 
 def _first_line(stream: object) -> str:

@@ -3,8 +3,14 @@
 Reads pull what other processes appended first (the store does that on every
 call), so a server running on the same vault and this page see each other's
 writes at their next request. A correction names the revision its form was
-rendered from: when the memory changed since, the store refuses it and the
-page says to reload, so two corrections of one memory never both land.
+rendered from: when the memory changed since, the store refuses it, so two
+corrections of one memory never both land; the page then shows what changed,
+with the person's correction still in the form.
+
+Every form answers its POST with a redirect (303) to the memory's page, saved
+or refused (squirrel_mcp.ui.outcomes keeps a refusal for that page), so the
+address bar never holds a form's target: a reload shows the page again rather
+than sending the form again, and a GET of a form's address leads to the page.
 
 The store's calls block (SQLite, the sync server, scrypt-free but not instant),
 so they run in Starlette's thread pool, never on the event loop.
@@ -14,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
 from importlib.resources import files
@@ -36,14 +42,18 @@ from squirrel_mcp.storage import StorageError
 from squirrel_mcp.ui import forms, pages
 from squirrel_mcp.ui.forms import FormError
 from squirrel_mcp.ui.html import Html
+from squirrel_mcp.ui.memory_page import MemoryView, memory_page
+from squirrel_mcp.ui.outcomes import Outcome, Outcomes
 
 STATIC = {
     "ui.css": "text/css; charset=utf-8",
     "ui.js": "text/javascript; charset=utf-8",
     "icon.svg": "image/svg+xml",
 }
-# What the memory page says after a change; the redirect names one of these, never free text.
 MEMORY_ID = re.compile(r"[0-9a-f]{16}")
+# The forms of a memory's page, each posted to /memory/<id>/<form>.
+FORMS = ("correct", "delete", "restore")
+# What the memory page says after a change; the redirect names one of these, never free text.
 NOTICES = {
     "corrected": "Saved: the correction is the newest revision.",
     "deleted": "Deleted. Restore it below if that was a mistake.",
@@ -63,10 +73,12 @@ class Page:
     store: MemoryStore
     host: PluginHost
     where: str
+    outcomes: Outcomes = field(default_factory=Outcomes)
 
-    def render(self, title: str, body: Html, *, status: int = 200, query: str = "") -> HTMLResponse:
+    def render(self, title: str, body: Html, *, status: int = 200, search_box: bool = True) -> HTMLResponse:
         """A whole HTML page."""
-        return HTMLResponse(pages.layout(title, body, where=self.where, query=query), status_code=status)
+        page = pages.layout(title, body, where=self.where, search_box=search_box)
+        return HTMLResponse(page, status_code=status)
 
     # Reading ------------------------------------------------------------------
 
@@ -92,19 +104,20 @@ class Page:
                 unreadable=self.store.unreadable_ids(),
             )
             shown = catalog.page(wanted, filters.offset, filters.limit)
-        body = pages.list_page(shown.memories, shown.total, filters, counts, problems)
+        body = pages.list_page(shown.memories, shown.total, filters, counts, problems, now=datetime.now(UTC))
         return self.render("Memories", body, status=400 if problems else 200)
 
     def search(self, request: Request) -> Response:
         """GET /search: the search_memory tool's answer, with its scores."""
         params = dict(request.query_params)
+        now = datetime.now(UTC)
         if "q" not in params:
-            return self.render("Search", pages.search_page(forms.SearchForm(), None, []))
+            return self._search_page(pages.search_page(forms.SearchForm(), None, [], now=now))
         try:
             form = forms.search_form(params)
         except FormError as error:
             empty = forms.SearchForm(query=params.get("q", "")[: forms.MAX_QUERY])
-            return self.render("Search", pages.search_page(empty, None, error.problems), status=400)
+            return self._search_page(pages.search_page(empty, None, error.problems, now=now), status=400)
         result = run_search(
             self.store,
             self.host,
@@ -113,42 +126,44 @@ class Page:
             category=form.category,
             tags=list(form.tags) or None,
             near_misses=form.near_misses,
-            now=datetime.now(UTC),
+            now=now,
         )
-        return self.render("Search", pages.search_page(form, result, []), query=form.query)
+        return self._search_page(pages.search_page(form, result, [], now=now))
+
+    def _search_page(self, body: Html, *, status: int = 200) -> Response:
+        # Its own form holds the query with the filters: no second search box in the header.
+        return self.render("Search", body, status=status, search_box=False)
 
     def show(self, request: Request) -> Response:
-        """GET /memory/{id}: the memory, its forms and its full history."""
+        """GET /memory/{id}: the memory, its forms and its full history; after a form, its outcome."""
         memory_id = _memory_id(request)
-        notice = NOTICES.get(request.query_params.get("done", ""))
-        return self._memory(memory_id, notice=notice)
-
-    def _memory(
-        self,
-        memory_id: str,
-        *,
-        notice: str | None = None,
-        problems: list[tuple[str, str]] | None = None,
-        values: dict[str, str] | None = None,
-        form_revision: int | None = None,
-        status: int = 200,
-    ) -> Response:
-        """The memory page; with `problems`, the form that caused them comes back with `values`."""
+        key = request.query_params.get("outcome")
+        outcome = None if key is None else self.outcomes.find(key, memory_id)
         latest = self.store.get(memory_id)
-        view = pages.MemoryView(
+        view = MemoryView(
             latest=latest,
             history=self.store.history(memory_id),
+            now=datetime.now(UTC),
             unreadable_above=self.store.unreadable_above(memory_id),
-            values=values,
-            problems=problems or [],
-            notice=notice,
-            form_revision=form_revision,
+            notice=NOTICES.get(request.query_params.get("done", "")),
+            outcome=outcome,
+            outcome_lost=key is not None and outcome is None,
         )
-        return self.render(latest.entity, pages.memory_page(view), status=status)
+        return self.render(latest.entity, memory_page(view))
 
-    def show_problems(self, memory_id: str, problems: list[tuple[str, str]]) -> Response:
-        """The memory page with a form's problems (a body that is no form of this page)."""
-        return self._memory(memory_id, problems=problems, status=400)
+    def refused(
+        self,
+        memory_id: str,
+        problems: list[tuple[str, str]],
+        *,
+        values: dict[str, str] | None = None,
+        form_revision: int | None = None,
+        changed: tuple[int, int] | None = None,
+    ) -> Response:
+        """A refused form: its Outcome kept, and a redirect to the memory's page, which shows it."""
+        outcome = Outcome(memory_id, problems, values, form_revision, changed)
+        key = self.outcomes.keep(outcome)
+        return RedirectResponse(f"/memory/{memory_id}?outcome={key}", status_code=303)
 
     def export(self, request: Request) -> Response:
         """GET /export: every memory with its history as JSON, like `squirrel-mcp export`."""
@@ -171,36 +186,70 @@ class Page:
         latest = self.store.get(memory_id)
         try:
             changes, reason, rendered_from = forms.correction(form, latest)
-            self.store.update(memory_id, changes=changes, reason=reason, expected_revision=rendered_from)
         except FormError as error:
-            return self._memory(
-                memory_id, values=form, problems=error.problems, form_revision=_int(form), status=400
+            return self.refused(
+                memory_id, error.problems, values=forms.correction_values(form), form_revision=_int(form)
             )
+        try:
+            self.store.update(memory_id, changes=changes, reason=reason, expected_revision=rendered_from)
         except ConflictError:
-            now = self.store.get(memory_id).revision
-            problem = (
-                "reload",
-                f"this memory changed since this form was loaded (it is now at revision {now}): "
-                "reload the page, then correct it again",
-            )
-            return self._memory(
-                memory_id, values=form, problems=[problem], form_revision=_int(form), status=409
+            return self._conflict(memory_id, form, rendered_from)
+        except LogDivergedError:
+            raise
+        except MemoryOperationError as error:
+            # Deleted meanwhile, or already saying this (the same change made elsewhere).
+            if self.store.get(memory_id).deleted:
+                rule = (
+                    "it was deleted meanwhile (by the agent or in another tab): restore it, then correct it"
+                )
+            else:
+                rule = str(error)
+            return self.refused(
+                memory_id, [("form", rule)], values=forms.correction_values(form), form_revision=_int(form)
             )
         return _done(memory_id, "corrected")
+
+    def _conflict(self, memory_id: str, form: dict[str, str], loaded: int) -> Response:
+        """A correction of an older revision: the form moved onto the newest, with what changed."""
+        latest = self.store.get(memory_id)
+        before = next((r for r in self.store.history(memory_id) if r.revision == loaded), None)
+        values, both = forms.rebase(form, before, latest)
+        problems = [
+            (
+                "revision",
+                f"this memory changed since this form was loaded (at revision {loaded}; it is now at "
+                f"revision {latest.revision}). What changed is shown below; your correction is still in "
+                "the form, on top of that change: check it, then save it again",
+            )
+        ]
+        if both:
+            problems.append(
+                (
+                    "both changed",
+                    f"{', '.join(both)}: the other change and yours differ; the form holds yours",
+                )
+            )
+        return self.refused(
+            memory_id,
+            problems,
+            values=values,
+            form_revision=latest.revision,
+            changed=(loaded, latest.revision),
+        )
 
     def delete(self, memory_id: str, form: dict[str, str]) -> Response:
         """POST /memory/{id}/delete: a tombstone revision, with the reason if one was given."""
         try:
             reason = forms.optional_reason(form)
         except FormError as error:
-            return self._memory(memory_id, problems=error.problems, status=400)
-        return self._change(memory_id, lambda: self.store.delete(memory_id, reason=reason), "deleted")
+            return self.refused(memory_id, error.problems)
+        return self._change(memory_id, lambda: self.store.delete(memory_id, reason=reason), "delete")
 
     def restore(self, memory_id: str, form: dict[str, str]) -> Response:
         """POST /memory/{id}/restore: the memory back as it was."""
-        return self._change(memory_id, lambda: self.store.restore(memory_id), "restored")
+        return self._change(memory_id, lambda: self.store.restore(memory_id), "restore")
 
-    def _change(self, memory_id: str, change: Callable[[], Revision], done: str) -> Response:
+    def _change(self, memory_id: str, change: Callable[[], Revision], form: str) -> Response:
         self.store.get(memory_id)  # an unknown id is a 404, not a refusal
         try:
             change()
@@ -208,8 +257,9 @@ class Page:
             raise
         except MemoryOperationError as error:
             # Already deleted, or not deleted: another process (or tab) got there first.
-            return self._memory(memory_id, problems=[("reload", f"{error}; reload the page")], status=409)
-        return _done(memory_id, done)
+            rule = f"{error}: the agent or another tab got there first; this is the memory as it is now"
+            return self.refused(memory_id, [(form, rule)])
+        return _done(memory_id, f"{form}d")
 
 
 def _memory_id(request: Request) -> str:
@@ -231,6 +281,11 @@ def _done(memory_id: str, what: str) -> Response:
     return RedirectResponse(f"/memory/{memory_id}?done={what}", status_code=303)
 
 
+def _to_memory(request: Request) -> Response:
+    """GET of a form's address (a reload, the address bar, a bookmark): the memory's page."""
+    return RedirectResponse(f"/memory/{_memory_id(request)}", status_code=303)
+
+
 Handler = Callable[[str, dict[str, str]], Response]
 
 
@@ -244,7 +299,7 @@ def _write(handler: Handler, page: Page) -> Callable[[Request], Awaitable[Respon
         except forms.BodyTooLarge:
             return PlainTextResponse(f"a form here is at most {forms.MAX_BODY} bytes\n", status_code=413)
         except FormError as error:
-            return await run_in_threadpool(page.show_problems, memory_id, error.problems)
+            return page.refused(memory_id, error.problems)
         return await run_in_threadpool(handler, memory_id, form)
 
     return endpoint
@@ -281,9 +336,11 @@ def create_app(store: MemoryStore, host: PluginHost, *, where: str) -> Starlette
         Route("/search", page.search),
         Route("/export", page.export),
         Route("/memory/{memory_id}", page.show),
-        Route("/memory/{memory_id}/correct", _write(page.correct, page), methods=["POST"]),
-        Route("/memory/{memory_id}/delete", _write(page.delete, page), methods=["POST"]),
-        Route("/memory/{memory_id}/restore", _write(page.restore, page), methods=["POST"]),
+        *(
+            Route(f"/memory/{{memory_id}}/{form}", endpoint, methods=[method])
+            for form, write in zip(FORMS, (page.correct, page.delete, page.restore), strict=True)
+            for method, endpoint in (("POST", _write(write, page)), ("GET", _to_memory))
+        ),
         Route("/static/{name}", static),
     ]
     handlers: dict[type[Exception], Callable[[Request, Exception], Response]] = {

@@ -91,6 +91,10 @@ OFFSET = TypeAdapter[int](Annotated[int, Field(ge=0, le=MAX_OFFSET)])
 REVISION = TypeAdapter[int](Annotated[int, Field(ge=1)])
 
 
+# The fields a correction can change, in the order the forms and the history show them.
+FIELDS = ("text", "entity", "category", "tags", "keywords")
+
+
 def split_list(value: str) -> list[str]:
     """A comma-separated field as its items (blank ones dropped)."""
     return [item.strip() for item in value.split(",") if item.strip()]
@@ -229,6 +233,47 @@ def correction(form: dict[str, str], current: Revision) -> tuple[dict[str, objec
     assert reason is not None
     assert revision is not None
     return changes, reason, revision
+
+
+def correction_values(form: dict[str, str]) -> dict[str, str]:
+    """The fields of a correction form that come back into it (a body's other names are dropped)."""
+    return {name: form[name] for name in (*FIELDS, "reason") if name in form}
+
+
+def field_text(revision: Revision, name: str) -> str:
+    """One of FIELDS of `revision` as the text of its form field."""
+    value = getattr(revision, name)
+    return words(value) if isinstance(value, list) else str(value)
+
+
+def _same(name: str, one: str, other: str) -> bool:
+    """Whether two texts of field `name` say the same (a list's spacing aside)."""
+    if name in ("tags", "keywords"):
+        return split_list(one) == split_list(other)
+    return one.strip() == other.strip()
+
+
+def rebase(
+    form: dict[str, str], loaded: Revision | None, latest: Revision
+) -> tuple[dict[str, str], list[str]]:
+    """A correction refused because the memory changed, moved onto `latest`.
+
+    `loaded` is the revision the form was rendered from (None when it cannot be
+    read). A field the person left as it was takes `latest`'s value, so saving
+    again does not undo the other change; a field the person edited keeps their
+    text. Returns the form's new values and the fields both changed differently.
+    """
+    values = correction_values(form)
+    both = []
+    for name in FIELDS:
+        mine, now = form.get(name, ""), field_text(latest, name)
+        before = None if loaded is None else field_text(loaded, name)
+        if before is not None and _same(name, mine, before):
+            values[name] = now
+        elif not _same(name, mine, now) and (before is None or not _same(name, before, now)):
+            both.append(name)
+    values["revision"] = str(latest.revision)
+    return values, both
 
 
 def optional_reason(form: dict[str, str]) -> str | None:

@@ -1,0 +1,232 @@
+"""One memory's page: as it is now, the forms to change it, and its full history.
+
+After a refused form (the redirect's Outcome) it also shows why, the correction
+form with the person's unsaved text, and, when the memory changed meanwhile,
+what changed. Every value is escaped by `html`, as in squirrel_mcp.ui.pages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from squirrel_mcp.core.models import Revision
+from squirrel_mcp.ui.forms import FIELDS, LIMITS, field_text
+from squirrel_mcp.ui.html import Html, html, join
+from squirrel_mcp.ui.outcomes import KEEP_SECONDS, Outcome
+from squirrel_mcp.ui.pages import category_options, entity_link, labels, problems_box
+from squirrel_mcp.ui.when import moment
+
+# What a revision that changed no field did.
+UNCHANGED = {
+    "deleted": "Deleted: search and the agent stopped seeing it; its content stayed as it was.",
+    "restored": "Restored as it was before the delete.",
+}
+LOST = (
+    f"What this page showed after your last change of this memory is no longer kept (that lasts "
+    f"{KEEP_SECONDS // 60} minutes, and ends when squirrel-mcp ui stops): this is the memory as it is now."
+)
+
+
+@dataclass
+class MemoryView:
+    """What the memory page shows: the memory, its history, and the state of its forms."""
+
+    latest: Revision
+    history: Sequence[Revision]
+    #: What "3 hours ago" counts from.
+    now: datetime
+    #: Newer revisions that failed their integrity check (the page shows an older one).
+    unreadable_above: Sequence[int] = ()
+    notice: str | None = None
+    #: A refused form's problems and values, after its redirect.
+    outcome: Outcome | None = None
+    #: The address named an outcome that is no longer kept.
+    outcome_lost: bool = False
+
+
+def _changes(previous: Revision | None, revision: Revision) -> Html:
+    """What `revision` changed from `previous`, field by field (all of them for the first)."""
+    rows = []
+    for name in FIELDS:
+        after = field_text(revision, name)
+        if previous is None:
+            rows.append(html("<tr><th>{name}</th><td></td><td>{after}</td></tr>", name=name, after=after))
+            continue
+        before = field_text(previous, name)
+        if before != after:
+            rows.append(
+                html(
+                    '<tr><th>{name}</th><td class="before"><del>{before}</del></td>'
+                    '<td class="after"><ins>{after}</ins></td></tr>',
+                    name=name,
+                    before=before,
+                    after=after,
+                )
+            )
+    if not rows:
+        return html(
+            '<p class="unchanged">{what}</p>', what=UNCHANGED.get(revision.change, "No field changed.")
+        )
+    return html(
+        '<table class="diff"><thead><tr><th>field</th><th>before</th><th>after</th></tr></thead>'
+        "<tbody>{rows}</tbody></table>",
+        rows=join(rows),
+    )
+
+
+def history_list(history: Sequence[Revision], now: datetime) -> Html:
+    """Every readable revision, newest first: what it did, when, why, and what changed."""
+    items = []
+    previous: Revision | None = None
+    for revision in history:
+        reason = html('<p class="reason">Reason: {r}</p>', r=revision.reason) if revision.reason else Html("")
+        items.append(
+            html(
+                '<li class="revision" data-revision="{n}">'
+                '<h3>Revision {n} · <span class="change">{change}</span>'
+                " · {at}</h3>{reason}{changes}</li>",
+                n=revision.revision,
+                change=revision.change,
+                at=moment(revision.updatedAt, now),
+                reason=reason,
+                changes=_changes(previous, revision),
+            )
+        )
+        previous = revision
+    return html('<ol class="history" id="history" reversed>{items}</ol>', items=join(reversed(items)))
+
+
+def _conflict(view: MemoryView) -> Html:
+    """After a refused correction: what changed between the form's revision and the memory's then."""
+    if view.outcome is None or view.outcome.changed is None:
+        return Html("")
+    loaded, then = view.outcome.changed
+    by_number = {revision.revision: revision for revision in view.history}
+    newer = by_number.get(then)
+    if newer is None:
+        return Html("")
+    return html(
+        '<section class="conflict" id="conflict"><h2>Changed meanwhile</h2>'
+        "<p>Your form was loaded at revision {loaded}; revision {then} was written {at} "
+        '(<span class="change">{change}</span>{reason}). What changed since your form was loaded:</p>'
+        "{changes}</section>",
+        loaded=loaded,
+        then=then,
+        at=moment(newer.updatedAt, view.now),
+        change=newer.change,
+        reason=f", reason: {newer.reason}" if newer.reason else "",
+        changes=_changes(by_number.get(loaded), newer),
+    )
+
+
+def _correct_form(view: MemoryView) -> Html:
+    outcome = view.outcome
+    values = (
+        outcome.values
+        if outcome is not None and outcome.values is not None
+        else {name: field_text(view.latest, name) for name in FIELDS}
+    )
+    revision = outcome.form_revision if outcome is not None and outcome.form_revision else None
+    return html(
+        '<form class="edit" method="post" action="/memory/{id}/correct"><h2>Correct</h2>'
+        '<input type="hidden" name="revision" value="{revision}">'
+        '<label>Text <small>{text_rule}</small><textarea name="text" rows="5">{text}</textarea></label>'
+        '<label>Entity <input name="entity" value="{entity}"></label>'
+        '<label>Category <select name="category">{categories}</select></label>'
+        '<label>Tags <small>{tags_rule}</small><input name="tags" value="{tags}"></label>'
+        '<label>Keywords <small>{keywords_rule}</small><input name="keywords" value="{keywords}"></label>'
+        "<label>Reason <small>required, kept in the history</small>"
+        '<input name="reason" value="{reason}" required></label>'
+        '<button type="submit">Save correction</button></form>',
+        id=view.latest.id,
+        revision=revision or view.latest.revision,
+        text_rule=LIMITS["text"],
+        text=values.get("text", ""),
+        entity=values.get("entity", ""),
+        categories=category_options(values.get("category"), blank=None),
+        tags_rule=LIMITS["tags"],
+        tags=values.get("tags", ""),
+        keywords_rule=LIMITS["keywords"],
+        keywords=values.get("keywords", ""),
+        reason=values.get("reason", ""),
+    )
+
+
+def _state_forms(view: MemoryView) -> Html:
+    if view.latest.deleted:
+        unsaved = view.outcome.values if view.outcome is not None else None
+        kept = (
+            html(
+                '<p>Your correction, not saved:</p><blockquote class="unsaved">{text}</blockquote>',
+                text=unsaved.get("text", ""),
+            )
+            if unsaved
+            else Html("")
+        )
+        return html(
+            '<form class="restore" method="post" action="/memory/{id}/restore"><h2>Restore</h2>'
+            "<p>Deleted: search and the agent no longer see it. Restoring brings it back as it was.</p>"
+            '{kept}<button type="submit">Restore</button></form>',
+            id=view.latest.id,
+            kept=kept,
+        )
+    return join(
+        [
+            _correct_form(view),
+            html(
+                '<form class="delete" method="post" action="/memory/{id}/delete"><h2>Delete</h2>'
+                "<p>Search and the agent stop seeing it; its history stays and restoring undoes it.</p>"
+                '<label>Reason <input name="reason" placeholder="optional"></label>'
+                '<button type="submit" class="danger">Delete</button></form>',
+                id=view.latest.id,
+            ),
+        ]
+    )
+
+
+def _warnings(view: MemoryView) -> Html:
+    """An integrity failure above the shown revision, and a refused form's outcome no longer kept."""
+    parts = []
+    if view.unreadable_above:
+        parts.append(
+            html(
+                '<p class="warning">Revision {numbers} failed its integrity check (damaged or tampered '
+                "with); this is revision {n}, the newest readable one.</p>",
+                numbers=", ".join(str(n) for n in view.unreadable_above),
+                n=view.latest.revision,
+            )
+        )
+    if view.outcome_lost:
+        parts.append(html('<p class="warning" id="lost">{lost}</p>', lost=LOST))
+    return join(parts)
+
+
+def memory_page(view: MemoryView) -> Html:
+    """One memory: as it is now, the forms to change it, and its full history."""
+    latest = view.latest
+    notice = html('<p class="notice" role="status">{n}</p>', n=view.notice) if view.notice else Html("")
+    problems = view.outcome.problems if view.outcome is not None else ()
+    return html(
+        '<article class="memory" id="memory" data-id="{id}" data-revision="{revision}">'
+        "{notice}{warnings}<h1>{title}</h1>"
+        '<p class="text" id="text">{text}</p><p class="meta">{entity} {labels}</p>'
+        '<p class="meta">id {id} · revision <b id="revision">{revision}</b> · created {created} · '
+        'changed {updated}</p>{problems}{conflict}<div class="forms">{forms}</div>'
+        "<h2>History</h2>{history}</article>",
+        id=latest.id,
+        revision=latest.revision,
+        notice=notice,
+        warnings=_warnings(view),
+        title=latest.entity,
+        text=latest.text,
+        entity=entity_link(latest.entity),
+        labels=labels(latest, deleted=latest.deleted),
+        created=moment(latest.createdAt, view.now),
+        updated=moment(latest.updatedAt, view.now),
+        problems=problems_box(problems),
+        conflict=_conflict(view),
+        forms=_state_forms(view),
+        history=history_list(view.history, view.now),
+    )

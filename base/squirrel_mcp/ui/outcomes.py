@@ -1,0 +1,75 @@
+"""What a form left for the page it redirects to, kept here for a while under a random key.
+
+Every form answers its POST with a redirect (303) to the memory's page, so the
+address bar holds a page that can be reloaded, never the form's target. When the
+form was refused (a rule broken, the memory changed meanwhile), that page shows
+why, and the correction form comes back with the person's unsaved text. The
+text stays in this process's memory, never in the address: the address carries
+only the key, `secrets.token_urlsafe`, which no other page can guess. An outcome
+lasts KEEP_SECONDS (a reload in that time shows it again) and is gone when the
+page stops; at most MOST are kept, the oldest dropped first.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+KEEP_SECONDS = 30 * 60
+MOST = 100
+KEY = re.compile(r"[A-Za-z0-9_-]{22}")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A refused form, as the memory's page shows it after the redirect."""
+
+    memory_id: str
+    problems: Sequence[tuple[str, str]]
+    #: The correction form as it comes back (the person's text); None for the other forms.
+    values: Mapping[str, str] | None = None
+    #: The revision the correction form comes back with.
+    form_revision: int | None = None
+    #: After a conflict: the revision the form was loaded from, and the memory's revision then.
+    changed: tuple[int, int] | None = None
+
+
+class Outcomes:
+    """The outcomes of the last few refused forms, by key (thread-safe: the routes run in a pool)."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        """An empty store; `clock` tells the time in seconds (tests pass their own)."""
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[str, tuple[float, Outcome]] = OrderedDict()
+
+    def keep(self, outcome: Outcome) -> str:
+        """Keep `outcome`; its key, for the redirect's address."""
+        key = secrets.token_urlsafe(16)
+        with self._lock:
+            self._forget_expired()
+            self._kept[key] = (self._clock() + KEEP_SECONDS, outcome)
+            while len(self._kept) > MOST:
+                self._kept.popitem(last=False)
+        return key
+
+    def find(self, key: str, memory_id: str) -> Outcome | None:
+        """The outcome kept under `key` for `memory_id`; None when there is none (any more)."""
+        if KEY.fullmatch(key) is None:
+            return None
+        with self._lock:
+            self._forget_expired()
+            found = self._kept.get(key)
+        if found is None or found[1].memory_id != memory_id:
+            return None
+        return found[1]
+
+    def _forget_expired(self) -> None:
+        now = self._clock()
+        while self._kept and next(iter(self._kept.values()))[0] <= now:
+            self._kept.popitem(last=False)
