@@ -216,3 +216,21 @@ def test_a_file_that_is_not_a_vault_is_refused(vault_env: dict[str, str]) -> Non
     result = run_cli(vault_env, "export")
     assert result.returncode == 1 and b"not a readable squirrel-mcp vault" in result.stderr
     assert b"Traceback" not in result.stderr
+
+
+def test_an_unknown_option_is_the_subcommands_error_under_its_usage(vault_env: dict[str, str]) -> None:
+    for args in (
+        ["search", "food", "--bogus"],
+        ["doctor", "--bogus"],
+        ["export", "--bogus=my secret"],
+        ["ui", "--bogus"],
+    ):
+        result = run_cli(vault_env, *args)
+        stderr = result.stderr.decode()
+        assert result.returncode == 2, stderr
+        assert stderr.startswith(f"usage: squirrel-mcp {args[0]} "), stderr
+        assert f"squirrel-mcp {args[0]}: error: unrecognized option: --bogus" in stderr
+        assert "my secret" not in stderr
+    # A stray word may be part of a query: it is counted, never echoed.
+    stray = run_cli(vault_env, "search", "food", "allergy").stderr.decode()
+    assert "squirrel-mcp search: error: 1 unexpected argument" in stray and "allergy" not in stray

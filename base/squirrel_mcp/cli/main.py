@@ -29,6 +29,8 @@ number left out, and a backup script should treat the export as incomplete.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
+from typing import cast
 
 import pluggy
 
@@ -43,6 +45,33 @@ from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.plugins.manager import get_plugin_manager, load_plugins, register_commands
 
 
+class CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: an argument it does not know is its own error, under its own usage.
+
+    argparse hands a subcommand's unknown arguments up to the top-level parser, which then
+    prints its usage, not the subcommand's. The error names unknown options only (without
+    any `=VALUE`): a stray word may be part of a query or memory text.
+    """
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """Parse as argparse does, then refuse anything left over."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            options = [extra.split("=", 1)[0] for extra in extras if extra.startswith("-")]
+            words = len(extras) - len(options)
+            named = [f"unrecognized option{_s(options)}: {' '.join(options)}"] if options else []
+            if words:
+                named.append(f"{words} unexpected argument{_s(range(words))} (quote a query of many words)")
+            self.error("; ".join(named))
+        return parsed, extras
+
+
+def _s(items: Sequence[object]) -> str:
+    return "s" if len(items) > 1 else ""
+
+
 def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentParser:
     """The command line's parser, with the subcommands the plugins of `pm` add."""
     parser = argparse.ArgumentParser(
@@ -50,7 +79,11 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
         description="A private, encrypted memory for AI agents. With no command, serves MCP over stdio.",
     )
     parser.add_argument("--version", action="version", version=f"squirrel-mcp {__version__}")
-    commands = parser.add_subparsers(dest="command")
+    # Typed as argparse's own: the plugins' register_commands hook takes that type.
+    commands = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(dest="command", parser_class=CommandParser),
+    )
     commands.add_parser("serve", help="serve MCP over stdio (the default)")
     commands.add_parser(
         "init",
