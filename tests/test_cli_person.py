@@ -188,7 +188,8 @@ def test_bad_options_are_the_tools_refusals(vault_env: dict[str, str]) -> None:
     assert too_many.returncode == 1
     assert b"invalid arguments for list_memories: limit" in too_many.stderr
     unknown = run_cli(vault_env, "show", "0123456789abcdef")
-    assert unknown.returncode == 1 and b"0123456789abcdef" in unknown.stderr
+    assert unknown.returncode == 1
+    assert unknown.stderr.decode() == "squirrel-mcp: no memory has the id '0123456789abcdef'\n"
     not_an_id = run_cli(vault_env, "show", "my secret id")
     assert not_an_id.returncode == 1 and b"invalid arguments for get_memory: id" in not_an_id.stderr
     assert b"my secret id" not in not_an_id.stderr

@@ -108,7 +108,8 @@ def call_tool(
     try:
         result = anyio.run(server.call_tool, name, arguments)
     except ToolError as error:
-        raise ToolRefused(str(error)) from None
+        # The SDK's prefix is for an agent; a person reads the refusal itself ("no memory has the id ...").
+        raise ToolRefused(str(error).removeprefix(f"Error executing tool {name}: ")) from None
     if not isinstance(result, CallToolResult) or result.is_error or result.structured_content is None:
         raise ToolRefused(f"{name} gave no answer")
     structured: dict[str, Any] = result.structured_content
