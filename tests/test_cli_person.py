@@ -159,7 +159,28 @@ async def test_list_and_show_print_what_the_tools_return(vault_env: dict[str, st
     assert "Grows basil and thyme on the balcony" in block
     history = block[block.index("history") :].splitlines()[1:]
     assert "created" in history[0] and "Grows basil on the balcony" in history[0]
-    assert "corrected" in history[1] and "(reason: more herbs)" in history[1]
+    assert "corrected  changed text · reason: more herbs · Grows basil and thyme" in history[1]
+
+
+@pytest.mark.anyio
+async def test_show_says_what_each_revision_changed_and_why(vault_env: dict[str, str]) -> None:
+    long_text = "Grows basil, thyme, rosemary and sage " + "in clay pots on the sunny balcony " * 4
+    async with Client(server_params(vault_env)) as client:
+        memory = (await call(client, "save_memory", text="Grows basil", tags=["garden"]))["memory"]
+        await call(client, "update_memory", id=memory["id"], text=long_text, reason="more herbs")
+        await call(client, "update_memory", id=memory["id"], tags=["garden", "herbs"])
+        await call(client, "update_memory", id=memory["id"], category="fact", reason="not a note")
+        await call(client, "delete_memory", id=memory["id"], reason="moved away")
+    block = run_cli(vault_env, "show", memory["id"]).stdout.decode()
+    history = block[block.index("history") :].splitlines()[1:]
+    assert len(history) == 5
+    assert "created" in history[0] and history[0].endswith("Grows basil")
+    # The reason comes before the text, so cutting a long text to the line keeps it.
+    assert "corrected  changed text · reason: more herbs · Grows basil, thyme" in history[1]
+    assert history[1].endswith("…")
+    assert history[2].endswith("corrected  changed tags · tags now: garden, herbs")
+    assert history[3].endswith("corrected  changed category · reason: not a note")
+    assert history[4].endswith("deleted    reason: moved away")
 
 
 @pytest.mark.anyio

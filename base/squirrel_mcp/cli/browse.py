@@ -29,7 +29,7 @@ from squirrel_mcp.core.config import Config
 from squirrel_mcp.core.models import HALF_LIFE_DAYS, Memory
 from squirrel_mcp.plugins.manager import PluginHost
 from squirrel_mcp.search.ranking import Progress
-from squirrel_mcp.server.results import GetResult, ListResult, SearchResult
+from squirrel_mcp.server.results import GetResult, ListResult, RevisionView, SearchResult
 
 # How long a search waits for the plugins to start (the embeddings plugin loads its model)
 # before it ranks with whatever is ready; the answer's "ranking" says which it was.
@@ -247,14 +247,43 @@ def _fields(memory: Memory, deleted: bool) -> list[str]:
     return [f"{label:<9} {value}" for label, value in fields]
 
 
+# The fields a revision can change, in the order a history line names them.
+CHANGEABLE = ("entity", "text", "category", "tags", "keywords")
+
+
+def _what_changed(revision: RevisionView, before: RevisionView | None) -> str:
+    """A history line's summary: the fields changed, the reason, then the text when it changed.
+
+    The reason comes before the text, so a cut line loses text, never the reason;
+    the first revision (or one after a gap) shows its text.
+    """
+    if before is None:
+        parts = [revision.text]
+    else:
+        changed = [name for name in CHANGEABLE if getattr(revision, name) != getattr(before, name)]
+        parts = [f"changed {', '.join(changed)}"] if changed else []
+        if revision.reason:
+            parts.append(f"reason: {revision.reason}")
+        if "text" in changed:
+            parts.append(revision.text)
+        elif changed == ["tags"]:
+            parts.append(f"tags now: {', '.join(revision.tags) or '-'}")
+    return " · ".join(parts)
+
+
 def render_show(result: GetResult, width: int) -> str:
-    """The memory's fields and text, then its history: one revision per line, oldest first."""
+    """The memory's fields and text, then its history: one revision per line, oldest first.
+
+    Each line after the first says which fields its revision changed and why, when a reason was given.
+    """
     lines = [*_fields(result.memory, result.deleted), "", _indented(result.memory.text, width)]
     lines += ["", "history (oldest first):"]
+    before: RevisionView | None = None
     for revision in result.history or []:
         head = f"  {revision.revision:>3}  {revision.updatedAt[:19]}  {revision.change:<9}  "
-        reason = f" (reason: {revision.reason})" if revision.reason else ""
-        lines.append(head + _one_line(revision.text + reason, max(20, width - len(head))))
+        follows = before if before is not None and before.revision == revision.revision - 1 else None
+        lines.append(head + _one_line(_what_changed(revision, follows), max(20, width - len(head))))
+        before = revision
     if result.note:
         lines += ["", result.note]
     return "\n".join(lines)
