@@ -227,8 +227,23 @@ async def test_search_is_hybrid_with_the_plugin(vault_env: dict[str, str]) -> No
     found = _json(run_cli(env, "search", "cycling", "--json"))
     assert found["ranking"] == "hybrid"
     assert ids["bike"] in [hit["id"] for hit in found["results"]]
-    text = run_cli(env, "search", "cycling").stdout.decode()
-    assert "ranking hybrid" in text and "meaning" in text
+    text = run_cli(env, "search", "cycling")
+    assert "ranking hybrid" in text.stdout.decode() and "meaning" in text.stdout.decode()
+    # All is well, so stderr says nothing (no "memory: local embeddings ready").
+    assert text.stderr == b""
+
+
+def test_a_query_too_long_is_refused_before_any_plugin_starts(vault_env: dict[str, str]) -> None:
+    assert run_cli(vault_env, "init").returncode == 0
+    # Turned off, the embeddings plugin says so as it starts: the line shows whether it started.
+    env = {**vault_env, "SQUIRREL_MCP_PLUGINS": "embeddings", "SQUIRREL_MEMORY_EMBEDDINGS": "0"}
+    started = run_cli(env, "search", "food")
+    assert started.returncode == 0 and b"local embeddings are turned off" in started.stderr
+    refused = run_cli(env, "search", "my secret " * 101)
+    assert refused.returncode == 1
+    assert refused.stderr.decode().splitlines() == [
+        "squirrel-mcp: invalid arguments for search_memory: query: String should have at most 1000 characters"
+    ]
 
 
 @needs_model

@@ -4,9 +4,11 @@ Each command unlocks the account as the server does (SQUIRREL_PASSPHRASE, or ask
 on the terminal), then calls the server's own tool in this process: search_memory,
 list_memories, get_memory with its history. So the ranking is the server's (hybrid
 when the embeddings plugin is installed: the search waits for it to start), the
-bounds on every option are the tool's, and `--json` prints exactly the structured
-output the tool returns. Without `--json` the output is for reading: one memory per
-line (list) or a short block per memory (search, show).
+bounds on every option are the tool's (checked before any plugin starts), and
+`--json` prints exactly the structured output the tool returns. Without `--json`
+the output is for reading: one memory per line (list) or a short block per memory
+(search, show). A plugin's notice that it
+is ready is left out of stderr; one that says something is wrong is printed.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ import pluggy
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.cli.progress import ProgressBar
 from squirrel_mcp.core.config import Config
+from squirrel_mcp.core.lines import notice_line
 from squirrel_mcp.core.models import HALF_LIFE_DAYS, Memory
-from squirrel_mcp.plugins.manager import PluginHost
+from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager
 from squirrel_mcp.search.ranking import Progress
 from squirrel_mcp.server.results import GetResult, ListResult, RevisionView, SearchResult
 
@@ -36,6 +39,8 @@ from squirrel_mcp.server.results import GetResult, ListResult, RevisionView, Sea
 PLUGIN_START_TIMEOUT = 120.0
 # While a ranker is still preparing (the embeddings plugin's warm-up), how often it is asked again.
 READY_POLL = 0.25
+# How a plugin's notice that all is well ends ("memory: local embeddings ready"); search leaves it out.
+READY_SUFFIX = " ready"
 # The width a line is cut to when the output is not a terminal.
 DEFAULT_WIDTH = 100
 
@@ -119,8 +124,11 @@ def call_tool(
 def run(config: Config, pm: pluggy.PluginManager, args: argparse.Namespace, store: MemoryStore) -> int:
     """Run `search`, `list` or `show` on an unlocked store; print the answer; the exit status."""
     name, arguments = tool_arguments(args)
-    host = PluginHost(pm)
+    host = PluginHost(pm, notice=unless_ready)
     if name == "search_memory":
+        # The tool checks the arguments first, ranking by words only: a query it refuses
+        # (too long, say) is refused before any plugin starts (and loads its model).
+        call_tool(store, PluginHost(get_plugin_manager()), name, arguments)
         # The same rankers as the server, started as it starts them, and waited for so the
         # answer is ranked as an agent's would be once the server has warmed up.
         host.start(config, store)
@@ -137,6 +145,12 @@ def run(config: Config, pm: pluggy.PluginManager, args: argparse.Namespace, stor
     else:
         print(render(name, output, _width()))
     return 0
+
+
+def unless_ready(line: str) -> None:
+    """A plugin's notice on stderr, unless it only says the plugin is ready: a person hears of problems."""
+    if not line.endswith(READY_SUFFIX):
+        notice_line(line)
 
 
 def waited_until_prepared(store: MemoryStore, host: PluginHost, query: str) -> bool:
