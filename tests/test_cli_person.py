@@ -39,6 +39,17 @@ def test_init_asks_again_after_a_short_passphrase(vault_env: dict[str, str]) -> 
     assert unlocked.returncode == 0, unlocked.stderr
 
 
+def test_init_asks_again_when_the_two_entries_differ(vault_env: dict[str, str]) -> None:
+    env = _without_passphrase(vault_env)
+    answers = ["a long passphrase", "a long passfrase", "a long passphrase", "a long passphrase"]
+    code, output = _converse(["-m", "squirrel_mcp", "init"], env, answers)
+    assert code == 0, output
+    assert "The two passphrases differ; try again." in output
+    assert "a long pass" not in output
+    unlocked = run_cli({**env, "SQUIRREL_PASSPHRASE": "a long passphrase"}, "export")
+    assert unlocked.returncode == 0, unlocked.stderr
+
+
 def test_import_asks_for_the_passphrase_on_a_terminal(vault_env: dict[str, str], tmp_path: Path) -> None:
     backup = _export_file(tmp_path, vault_env)
     env = _without_passphrase(vault_env)

@@ -191,10 +191,13 @@ def test_on_a_terminal_it_asks_the_current_passphrase_then_the_new_one_twice(
 
     terminal = Terminal(argv, env)
     terminal.answer("Current passphrase: ", PASSPHRASE)
-    terminal.answer("New passphrase: ", NEW)
-    terminal.answer("New passphrase again: ", NEW + " but not quite")
+    # Confirmed differently, it is asked again, three times in all.
+    for _ in range(3):
+        terminal.answer("New passphrase: ", NEW)
+        terminal.answer("New passphrase again: ", NEW + " but not quite")
     code, output = terminal.finish()
-    assert code == 1 and "the two passphrases differ; nothing was changed" in output
+    assert code == 1 and "The two passphrases differ; try again." in output
+    assert "the two passphrases differ; nothing was changed" in output
 
     terminal = Terminal(argv, env)
     terminal.answer("Current passphrase: ", PASSPHRASE)
