@@ -298,7 +298,7 @@ async def test_a_new_vault_needs_8_characters_and_an_existing_one_opens_with_any
         '{"format": "squirrel-mcp-export", "version": 1, "exportedAt": "2026-01-01T00:00:00Z", '
         '"exportedBy": "a test", "memories": []}'
     )
-    imported = run_cli(short, "import", str(export))
+    imported = run_cli(short, "import", "--create", str(export))
     assert imported.returncode == 1 and b"at least 8 characters; no vault was created" in imported.stderr
     line = await served_error(server_params(short))
     assert "at least 8 characters; no vault was created" in line

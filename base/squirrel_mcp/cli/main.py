@@ -7,7 +7,8 @@
                             or SQUIRREL_PASSPHRASE and SQUIRREL_NEW_PASSPHRASE); memories stay as they are
     squirrel-mcp export     every memory with its history, as JSON (-o FILE; --force replaces FILE)
     squirrel-mcp import F   add an export's memories (safe to repeat); --from server-memory
-                            reads the official memory server's JSONL instead
+                            reads the official memory server's JSONL instead; --create
+                            makes a missing vault (refused otherwise)
     squirrel-mcp search Q   search your memories as an agent does (also: list, show ID; --json)
     squirrel-mcp doctor     one line per check, each with its fix; exit 1 when any fails
                             (--accept-log: accept the memory log as it is now, after its check failed)
@@ -39,7 +40,7 @@ from squirrel_mcp.cli import browse, doctor
 from squirrel_mcp.cli.account import cmd_init, cmd_passphrase
 from squirrel_mcp.cli.backup import cmd_export, cmd_import, cmd_import_server_memory
 from squirrel_mcp.cli.serve import cmd_browse, cmd_serve, cmd_ui
-from squirrel_mcp.cli.unlock import error_line
+from squirrel_mcp.cli.unlock import UserError, error_line
 from squirrel_mcp.core.config import Config
 from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.plugins.manager import get_plugin_manager, load_plugins, register_commands
@@ -103,6 +104,18 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
         help="the file's format: squirrel-mcp's export (the default), or the JSONL of the official "
         "memory server (@modelcontextprotocol/server-memory, its MEMORY_FILE_PATH)",
     )
+    imported.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="--from server-memory: import the valid lines and name the others on stderr (line number "
+        "and fields); without it, one invalid line refuses the whole file",
+    )
+    imported.add_argument(
+        "--create",
+        action="store_true",
+        help="create the vault if it does not exist (with SQUIRREL_PASSPHRASE); without it, a missing "
+        "vault is refused",
+    )
     commands.add_parser(
         "passphrase",
         help="change the passphrase: asks the current one, then the new one twice (or reads "
@@ -143,10 +156,14 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_passphrase(config)
         if args.command == "export":
             return cmd_export(config, args.output, force=args.force)
+        if args.command == "import" and args.skip_invalid and args.source_format != "server-memory":
+            raise UserError("--skip-invalid applies to --from server-memory only; nothing was imported")
         if args.command == "import" and args.source_format == "server-memory":
-            return cmd_import_server_memory(config, args.file)
+            return cmd_import_server_memory(
+                config, args.file, create=args.create, skip_invalid=args.skip_invalid
+            )
         if args.command == "import":
-            return cmd_import(config, args.file)
+            return cmd_import(config, args.file, create=args.create)
         if args.command in ("search", "list", "show"):
             return cmd_browse(config, pm, args)
         if args.command == "doctor":
