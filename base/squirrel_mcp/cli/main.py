@@ -7,8 +7,9 @@
                             or SQUIRREL_PASSPHRASE and SQUIRREL_NEW_PASSPHRASE); memories stay as they are
     squirrel-mcp export     every memory with its history, as JSON (-o FILE; --force replaces FILE)
     squirrel-mcp import F   add an export's memories (safe to repeat); --from server-memory
-                            reads the official memory server's JSONL instead; --create
-                            makes a missing vault (refused otherwise)
+                            reads the official memory server's JSONL instead (--skip-invalid:
+                            import its valid lines, naming the others); --create makes a
+                            missing vault (refused otherwise)
     squirrel-mcp search Q   search your memories as an agent does (also: list, show ID; --json)
     squirrel-mcp doctor     one line per check, each with its fix; exit 1 when any fails
                             (--accept-log: accept the memory log as it is now, after its check failed)
