@@ -7,8 +7,8 @@ when the embeddings plugin is installed: the search waits for it to start), the
 bounds on every option are the tool's (checked before any plugin starts), and
 `--json` prints exactly the structured output the tool returns. Without `--json`
 the output is for reading: one memory per line (list) or a short block per memory
-(search, show). A plugin's notice that it
-is ready is left out of stderr; one that says something is wrong is printed.
+(search, show). A plugin's notice that it is ready is left out of stderr; one that
+says something is wrong is printed.
 """
 
 from __future__ import annotations
