@@ -182,7 +182,7 @@ def make_vaults(workdir: Path, sizes: list[int]) -> tuple[dict[int, Path], str]:
                 ),
                 encoding="utf-8",
             )
-            cli(vault, "import", str(export))
+            cli(vault, "import", "--create", str(export))
             export.unlink()
         print(f"setup: vault of {size:,} memories in {time.perf_counter() - started:.0f} s", flush=True)
     words = str(memories[0]["text"]).split() if memories else ["tea"]

@@ -102,8 +102,8 @@ def test_init_asks_twice_without_echo(vault_env: dict[str, str]) -> None:
     env = {k: v for k, v in vault_env.items() if k != "SQUIRREL_PASSPHRASE"}
     vault = Path(vault_env["SQUIRREL_VAULT"])
 
-    code, output = _converse(["-m", "squirrel_mcp", "init"], env, ["a long passphrase", "another one!"])
-    assert code == 1 and "differ" in output
+    code, output = _converse(["-m", "squirrel_mcp", "init"], env, ["a long passphrase", "another one!"] * 3)
+    assert code == 1 and "the two passphrases differ; nothing was created" in output
     assert "a long passphrase" not in output  # never echoed
     assert not vault.exists() or run_cli(vault_env, "export").returncode == 1
 
@@ -140,7 +140,7 @@ async def test_export_then_import_elsewhere_is_complete_and_idempotent(tmp_path:
         2,
     ]
 
-    first = run_cli(target, "import", str(exported))
+    first = run_cli(target, "import", "--create", str(exported))
     assert first.returncode == 0, first.stderr
     assert b"4 revisions added" in first.stdout
     second = run_cli(target, "import", str(exported))
@@ -184,9 +184,17 @@ EMPTY_EXPORT = json.dumps(
 def test_user_errors_are_one_clear_line(vault_env: dict[str, str]) -> None:
     no_vault = run_cli(vault_env, "export")
     assert no_vault.returncode == 1 and b"there is no vault" in no_vault.stderr
+    # Import refuses a missing vault as the others do, in the same words; --create makes it.
+    vault = Path(vault_env["SQUIRREL_VAULT"])
+    for importer in ((), ("--from", "server-memory")):
+        refused = run_cli(vault_env, "import", *importer, "-", stdin=b"" if importer else EMPTY_EXPORT)
+        assert refused.returncode == 1 and refused.stderr == no_vault.stderr
+    assert not vault.exists()
+    created = run_cli(vault_env, "import", "--create", "-", stdin=EMPTY_EXPORT)
+    assert created.returncode == 0, created.stderr
+    assert b"created a new vault at" in created.stderr and vault.exists()
 
     # The server answers these as tool errors instead (tests/test_startup.py); the commands exit.
-    assert run_cli(vault_env, "init").returncode == 0
     env = {k: v for k, v in vault_env.items() if k != "SQUIRREL_PASSPHRASE"}
     no_passphrase = run_cli(env, "import", "-", stdin=EMPTY_EXPORT)
     assert no_passphrase.returncode == 1 and b"SQUIRREL_PASSPHRASE is not set" in no_passphrase.stderr
@@ -216,3 +224,21 @@ def test_a_file_that_is_not_a_vault_is_refused(vault_env: dict[str, str]) -> Non
     result = run_cli(vault_env, "export")
     assert result.returncode == 1 and b"not a readable squirrel-mcp vault" in result.stderr
     assert b"Traceback" not in result.stderr
+
+
+def test_an_unknown_option_is_the_subcommands_error_under_its_usage(vault_env: dict[str, str]) -> None:
+    for args in (
+        ["search", "food", "--bogus"],
+        ["doctor", "--bogus"],
+        ["export", "--bogus=my secret"],
+        ["ui", "--bogus"],
+    ):
+        result = run_cli(vault_env, *args)
+        stderr = result.stderr.decode()
+        assert result.returncode == 2, stderr
+        assert stderr.startswith(f"usage: squirrel-mcp {args[0]} "), stderr
+        assert f"squirrel-mcp {args[0]}: error: unrecognized option: --bogus" in stderr
+        assert "my secret" not in stderr
+    # A stray word may be part of a query: it is counted, never echoed.
+    stray = run_cli(vault_env, "search", "food", "allergy").stderr.decode()
+    assert "squirrel-mcp search: error: 1 unexpected argument" in stray and "allergy" not in stray

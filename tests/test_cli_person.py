@@ -39,6 +39,17 @@ def test_init_asks_again_after_a_short_passphrase(vault_env: dict[str, str]) -> 
     assert unlocked.returncode == 0, unlocked.stderr
 
 
+def test_init_asks_again_when_the_two_entries_differ(vault_env: dict[str, str]) -> None:
+    env = _without_passphrase(vault_env)
+    answers = ["a long passphrase", "a long passfrase", "a long passphrase", "a long passphrase"]
+    code, output = _converse(["-m", "squirrel_mcp", "init"], env, answers)
+    assert code == 0, output
+    assert "The two passphrases differ; try again." in output
+    assert "a long pass" not in output
+    unlocked = run_cli({**env, "SQUIRREL_PASSPHRASE": "a long passphrase"}, "export")
+    assert unlocked.returncode == 0, unlocked.stderr
+
+
 def test_import_asks_for_the_passphrase_on_a_terminal(vault_env: dict[str, str], tmp_path: Path) -> None:
     backup = _export_file(tmp_path, vault_env)
     env = _without_passphrase(vault_env)
@@ -159,7 +170,28 @@ async def test_list_and_show_print_what_the_tools_return(vault_env: dict[str, st
     assert "Grows basil and thyme on the balcony" in block
     history = block[block.index("history") :].splitlines()[1:]
     assert "created" in history[0] and "Grows basil on the balcony" in history[0]
-    assert "corrected" in history[1] and "(reason: more herbs)" in history[1]
+    assert "corrected  changed text · reason: more herbs · Grows basil and thyme" in history[1]
+
+
+@pytest.mark.anyio
+async def test_show_says_what_each_revision_changed_and_why(vault_env: dict[str, str]) -> None:
+    long_text = "Grows basil, thyme, rosemary and sage " + "in clay pots on the sunny balcony " * 4
+    async with Client(server_params(vault_env)) as client:
+        memory = (await call(client, "save_memory", text="Grows basil", tags=["garden"]))["memory"]
+        await call(client, "update_memory", id=memory["id"], text=long_text, reason="more herbs")
+        await call(client, "update_memory", id=memory["id"], tags=["garden", "herbs"])
+        await call(client, "update_memory", id=memory["id"], category="fact", reason="not a note")
+        await call(client, "delete_memory", id=memory["id"], reason="moved away")
+    block = run_cli(vault_env, "show", memory["id"]).stdout.decode()
+    history = block[block.index("history") :].splitlines()[1:]
+    assert len(history) == 5
+    assert "created" in history[0] and history[0].endswith("Grows basil")
+    # The reason comes before the text, so cutting a long text to the line keeps it.
+    assert "corrected  changed text · reason: more herbs · Grows basil, thyme" in history[1]
+    assert history[1].endswith("…")
+    assert history[2].endswith("corrected  changed tags · tags now: garden, herbs")
+    assert history[3].endswith("corrected  changed category · reason: not a note")
+    assert history[4].endswith("deleted    reason: moved away")
 
 
 @pytest.mark.anyio
@@ -188,7 +220,8 @@ def test_bad_options_are_the_tools_refusals(vault_env: dict[str, str]) -> None:
     assert too_many.returncode == 1
     assert b"invalid arguments for list_memories: limit" in too_many.stderr
     unknown = run_cli(vault_env, "show", "0123456789abcdef")
-    assert unknown.returncode == 1 and b"0123456789abcdef" in unknown.stderr
+    assert unknown.returncode == 1
+    assert unknown.stderr.decode() == "squirrel-mcp: no memory has the id '0123456789abcdef'\n"
     not_an_id = run_cli(vault_env, "show", "my secret id")
     assert not_an_id.returncode == 1 and b"invalid arguments for get_memory: id" in not_an_id.stderr
     assert b"my secret id" not in not_an_id.stderr
@@ -205,8 +238,23 @@ async def test_search_is_hybrid_with_the_plugin(vault_env: dict[str, str]) -> No
     found = _json(run_cli(env, "search", "cycling", "--json"))
     assert found["ranking"] == "hybrid"
     assert ids["bike"] in [hit["id"] for hit in found["results"]]
-    text = run_cli(env, "search", "cycling").stdout.decode()
-    assert "ranking hybrid" in text and "meaning" in text
+    text = run_cli(env, "search", "cycling")
+    assert "ranking hybrid" in text.stdout.decode() and "meaning" in text.stdout.decode()
+    # All is well, so stderr says nothing (no "memory: local embeddings ready").
+    assert text.stderr == b""
+
+
+def test_a_query_too_long_is_refused_before_any_plugin_starts(vault_env: dict[str, str]) -> None:
+    assert run_cli(vault_env, "init").returncode == 0
+    # Turned off, the embeddings plugin says so as it starts: the line shows whether it started.
+    env = {**vault_env, "SQUIRREL_MCP_PLUGINS": "embeddings", "SQUIRREL_MEMORY_EMBEDDINGS": "0"}
+    started = run_cli(env, "search", "food")
+    assert started.returncode == 0 and b"local embeddings are turned off" in started.stderr
+    refused = run_cli(env, "search", "my secret " * 101)
+    assert refused.returncode == 1
+    assert refused.stderr.decode().splitlines() == [
+        "squirrel-mcp: invalid arguments for search_memory: query: String should have at most 1000 characters"
+    ]
 
 
 @needs_model

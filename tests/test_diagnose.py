@@ -327,3 +327,21 @@ async def test_a_log_rolled_back_below_this_machines_checkpoint_is_reported_as_s
     # Read-only: the checkpoint (and all else in the cache directory) as it was; the vectors went away.
     assert cache_files(cache) == before
     assert list(scratch.iterdir()) == []
+
+
+def test_errors_name_the_command_as_it_was_run(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path / "home"), "SQUIRREL_MCP_PLUGINS": "embeddings"}
+    missing = tmp_path / "no such queries.json"
+    as_subcommand = run_cli(env, "diagnose", str(missing))
+    assert as_subcommand.returncode == 1
+    assert as_subcommand.stderr.decode() == f"squirrel-mcp diagnose: No such file or directory: {missing}\n"
+    as_script = subprocess.run(
+        [str(SCRIPT), str(missing)],
+        env={**env, "PATH": os.environ["PATH"]},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert as_script.returncode == 1
+    assert as_script.stderr == f"squirrel-mcp-diagnose: No such file or directory: {missing}\n"

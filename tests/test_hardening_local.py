@@ -134,7 +134,7 @@ async def test_an_unreadable_older_revision_leaves_a_named_gap_and_the_rest_is_e
 
     # Import elsewhere: what was readable arrives, numbered as it was, and the memory goes on.
     target = {**vault_env, "SQUIRREL_VAULT": str(tmp_path / "elsewhere" / "vault.sqlite3")}
-    imported = run_cli(target, "import", str(backup))
+    imported = run_cli(target, "import", "--create", str(backup))
     assert imported.returncode == 0, imported.stderr
     assert b"3 revisions added" in imported.stdout
     again = run_cli(target, "import", str(backup))

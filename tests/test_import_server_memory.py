@@ -98,7 +98,7 @@ async def test_the_memory_servers_file_imports_once(
     lines = [json.loads(line) for line in memory_file.read_text().splitlines() if line.strip()]
     assert sorted(line["type"] for line in lines) == ["entity"] * 3 + ["relation"] * 2
 
-    first = run_cli(vault_env, "import", "--from", "server-memory", str(memory_file))
+    first = run_cli(vault_env, "import", "--create", "--from", "server-memory", str(memory_file))
     assert first.returncode == 0, first.stderr
     # 5 observations, 1 entity without any, 2 relations.
     assert first.stdout.decode().strip() == (
@@ -170,3 +170,40 @@ def test_faulty_lines_are_named_by_number_and_nothing_is_written(
     assert "line 1" not in said
     assert secret not in said
     assert _listed(vault_env) == []
+
+
+def test_skip_invalid_imports_the_rest_and_names_the_skipped_lines(
+    vault_env: dict[str, str], tmp_path: Path
+) -> None:
+    secret = "my secret diagnosis"
+    secrets_of_this_test().add(secret)
+    anna = {"type": "entity", "name": "Anna", "entityType": "person", "observations": ["Lives in Lyon"]}
+    lines = [
+        json.dumps(anna),
+        json.dumps({**anna, "name": "Ben", "observations": ["x" * 4001]}),
+        "{" + secret,
+        json.dumps({"type": "relation", "from": "Anna", "to": "Ben", "relationType": "knows"}),
+    ]
+    path = tmp_path / "memory.jsonl"
+    path.write_text("\n".join(lines))
+    assert run_cli(vault_env, "init").returncode == 0
+    # All or nothing by default: the one observation too long refuses the whole file.
+    refused = run_cli(vault_env, "import", "--from", "server-memory", str(path))
+    assert refused.returncode == 1 and "--skip-invalid imports the valid lines" in refused.stderr.decode()
+    assert _listed(vault_env) == []
+
+    result = run_cli(vault_env, "import", "--from", "server-memory", "--skip-invalid", str(path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.decode().strip() == (
+        "imported 1 entities and 1 relations from server-memory: 2 memories added, 0 already present; "
+        "2 invalid lines skipped"
+    )
+    assert result.stderr.decode().splitlines() == [
+        "squirrel-mcp: skipped line 2: entity: observations.0 (String should have at most 4000 characters)",
+        "squirrel-mcp: skipped line 3: not JSON",
+    ]
+    assert sorted(memory["text"] for memory in _listed(vault_env)) == ["Anna knows Ben", "Lives in Lyon"]
+
+    # Only that format has lines to skip.
+    native = run_cli(vault_env, "import", "--skip-invalid", str(path))
+    assert native.returncode == 1 and b"--skip-invalid applies to --from server-memory only" in native.stderr

@@ -181,7 +181,7 @@ async def test_list_memories_and_get_context_match_a_full_sort(
     export = exported_vault(rng, 300)
     file = tmp_path / "export.json"
     file.write_text(json.dumps(export), encoding="utf-8")
-    imported = run_cli(vault_env, "import", str(file))
+    imported = run_cli(vault_env, "import", "--create", str(file))
     assert imported.returncode == 0, imported.stderr
     async with Client(server_params(vault_env)) as client:
         await check_listings(client, current_of(export), rng)

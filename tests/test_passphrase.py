@@ -191,10 +191,13 @@ def test_on_a_terminal_it_asks_the_current_passphrase_then_the_new_one_twice(
 
     terminal = Terminal(argv, env)
     terminal.answer("Current passphrase: ", PASSPHRASE)
-    terminal.answer("New passphrase: ", NEW)
-    terminal.answer("New passphrase again: ", NEW + " but not quite")
+    # Confirmed differently, it is asked again, three times in all.
+    for _ in range(3):
+        terminal.answer("New passphrase: ", NEW)
+        terminal.answer("New passphrase again: ", NEW + " but not quite")
     code, output = terminal.finish()
-    assert code == 1 and "the two passphrases differ; nothing was changed" in output
+    assert code == 1 and "The two passphrases differ; try again." in output
+    assert "the two passphrases differ; nothing was changed" in output
 
     terminal = Terminal(argv, env)
     terminal.answer("Current passphrase: ", PASSPHRASE)
@@ -295,7 +298,7 @@ async def test_a_new_vault_needs_8_characters_and_an_existing_one_opens_with_any
         '{"format": "squirrel-mcp-export", "version": 1, "exportedAt": "2026-01-01T00:00:00Z", '
         '"exportedBy": "a test", "memories": []}'
     )
-    imported = run_cli(short, "import", str(export))
+    imported = run_cli(short, "import", "--create", str(export))
     assert imported.returncode == 1 and b"at least 8 characters; no vault was created" in imported.stderr
     line = await served_error(server_params(short))
     assert "at least 8 characters; no vault was created" in line

@@ -418,7 +418,8 @@ async def _answers(env: dict[str, str]) -> list[object]:
 async def test_a_server_started_on_a_snapshot_answers_as_one_without(
     vault_env: dict[str, str], tmp_path: Path
 ) -> None:
-    imported = run_cli(vault_env, "import", str(_export(tmp_path / "export.json", MEMORIES, 5, 0)))
+    export = _export(tmp_path / "export.json", MEMORIES, 5, 0)
+    imported = run_cli(vault_env, "import", "--create", str(export))
     assert imported.returncode == 0, imported.stderr.decode()
     [path] = (Path(vault_env["XDG_CACHE_HOME"]) / "squirrel-mcp").glob("state-*.snapshot")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600

@@ -208,9 +208,12 @@ def _interrupted(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def main(argv: list[str] | None = None) -> NoReturn:
-    """Entry point of the `squirrel-mcp-diagnose` script: run, clean up, end the process."""
-    code = run(argv)
+def main(argv: list[str] | None = None, prog: str = PROG) -> NoReturn:
+    """Entry point of the `squirrel-mcp-diagnose` script: run, clean up, end the process.
+
+    `prog` is the name it was run as (`squirrel-mcp diagnose` too): its usage and errors say it.
+    """
+    code = run(argv, prog)
     sys.stdout.flush()
     sys.stderr.flush()
     # A search cut short by Ctrl-C can leave the runtime's native threads running, and
@@ -219,9 +222,12 @@ def main(argv: list[str] | None = None) -> NoReturn:
     os._exit(code)
 
 
-def run(argv: list[str] | None = None) -> int:
-    """Diagnose the queries file named in `argv`; the exit code (130 when interrupted)."""
-    parser = argparse.ArgumentParser(prog=PROG, description=command.DIAGNOSE_HELP)
+def run(argv: list[str] | None = None, prog: str = PROG) -> int:
+    """Diagnose the queries file named in `argv`; the exit code (130 when interrupted).
+
+    Errors are one line on stderr, prefixed with `prog`.
+    """
+    parser = argparse.ArgumentParser(prog=prog, description=command.DIAGNOSE_HELP)
     command.add_diagnose_arguments(parser)
     args = parser.parse_args(argv)
     # SIGTERM cleans up like Ctrl-C: the temporary vectors must not outlive the run.
@@ -249,13 +255,13 @@ def run(argv: list[str] | None = None) -> int:
         diagnose(store, host, embeddings.hybrid, questions)
         return 0
     except USER_ERRORS as error:
-        print(f"{PROG}: {error}", file=sys.stderr)
+        print(f"{prog}: {error}", file=sys.stderr)
         return 1
     except OSError as error:
-        print(f"{PROG}: {error.strerror}: {error.filename}", file=sys.stderr)
+        print(f"{prog}: {error.strerror}: {error.filename}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted; the temporary vectors are deleted", file=sys.stderr)
+        print(f"{prog}: interrupted; the temporary vectors are deleted", file=sys.stderr)
         return 130
     finally:
         # A second Ctrl-C must not stop the clean-up half way.

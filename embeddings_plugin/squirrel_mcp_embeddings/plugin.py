@@ -27,7 +27,8 @@ class EmbeddingsPlugin(EmbeddingsHooks):
         """`squirrel-mcp diagnose queries.json`: the recall diagnostic, wherever squirrel-mcp is."""
         command = commands.add_parser("diagnose", help=DIAGNOSE_HELP, description=DIAGNOSE_HELP)
         add_diagnose_arguments(command)
-        command.set_defaults(run=run_diagnose)
+        # The name it runs as (`squirrel-mcp diagnose`), for its errors.
+        command.set_defaults(run=run_diagnose, diagnose_prog=command.prog)
 
 
 def run_diagnose(args: argparse.Namespace) -> int:
@@ -35,7 +36,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
     # Imported here: it imports the server, which the other commands do not need.
     from squirrel_mcp_embeddings import diagnose
 
-    diagnose.main([str(args.queries)])
+    diagnose.main([str(args.queries)], prog=args.diagnose_prog)
 
 
 plugin = EmbeddingsPlugin()

@@ -103,7 +103,8 @@ def test_export_and_import_move_memories_between_a_vault_and_a_server(
     sync_server: SyncServer, tmp_path: Path, vault_env: dict[str, str]
 ) -> None:
     # Memories with a history, made in a local vault through the real commands.
-    local = run_cli(vault_env, "import", "-", stdin=_export(["Owns a tandem", "Sold the tandem"], "aa"))
+    tandem = _export(["Owns a tandem", "Sold the tandem"], "aa")
+    local = run_cli(vault_env, "import", "--create", "-", stdin=tandem)
     assert local.returncode == 0, local.stderr
     from_vault = run_cli(vault_env, "export")
     assert from_vault.returncode == 0
@@ -124,7 +125,7 @@ def test_export_and_import_move_memories_between_a_vault_and_a_server(
 
     # And back into a second, empty vault.
     other_vault = {**vault_env, "SQUIRREL_VAULT": str(tmp_path / "other" / "vault.sqlite3")}
-    back = run_cli(other_vault, "import", str(server_file))
+    back = run_cli(other_vault, "import", "--create", str(server_file))
     assert back.returncode == 0, back.stderr
     assert (
         json.loads(run_cli(other_vault, "export").stdout)["memories"]

@@ -19,8 +19,10 @@ own (derived from its data key): a sync server, which sees ids, cannot test a
 guess of the content against them.
 
 The whole file is checked before anything is written, as the native import does:
-every line must be an entity or a relation whose fields fit a memory's bounds.
-Errors name line numbers, fields and rules, never a value.
+every line must be an entity or a relation whose fields fit a memory's bounds,
+or nothing is imported; asked to (`skip_invalid`), the import leaves the faulty
+lines out and imports the rest. Errors name line numbers, fields and rules,
+never a value.
 """
 
 from __future__ import annotations
@@ -113,8 +115,16 @@ def _line(line: str) -> GraphEntity | GraphRelation:
         raise ValueError(f"{kind}: {problems(error)}") from None
 
 
-def parse_graph(data: bytes, name: str = "the file") -> list[GraphEntity | GraphRelation]:
-    """A server-memory file's entities and relations, checked; ImportFileError names the lines at fault."""
+def parse_graph(
+    data: bytes, name: str = "the file", *, skip_invalid: bool = False
+) -> tuple[list[GraphEntity | GraphRelation], list[str]]:
+    """A server-memory file's entities and relations, checked, and the faulty lines left out.
+
+    Each faulty line is named "line N: PROBLEM" (fields and rules, never values). By
+    default any fault is ImportFileError naming the lines at fault, and the list is
+    empty; with `skip_invalid` the faulty lines are left out and listed instead. A
+    file that is not UTF-8 is refused either way.
+    """
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -129,14 +139,13 @@ def parse_graph(data: bytes, name: str = "the file") -> list[GraphEntity | Graph
             items.append(_line(line))
         except ValueError as error:
             faults.append(f"line {number}: {error}")
-    if faults:
+    if faults and not skip_invalid:
         more = f"; and {len(faults) - MAX_LINES_NAMED} more lines" if len(faults) > MAX_LINES_NAMED else ""
         raise ImportFileError(
-            f"{name} is not a valid {SOURCE} file; nothing was imported. "
-            + "; ".join(faults[:MAX_LINES_NAMED])
-            + more
+            f"{name} is not a valid {SOURCE} file; nothing was imported (--skip-invalid imports "
+            "the valid lines). " + "; ".join(faults[:MAX_LINES_NAMED]) + more
         )
-    return items
+    return items, faults
 
 
 def plan(items: list[GraphEntity | GraphRelation]) -> list[Planned]:

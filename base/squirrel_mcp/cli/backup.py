@@ -19,7 +19,8 @@ from squirrel_mcp.core.files import atomic_write
 from squirrel_mcp.core.lines import log_line
 
 EXIT_EXPORT_INCOMPLETE = 3
-# How many memories with gaps an export names one by one before summing up the rest.
+# How many memories with gaps an export, or invalid lines an import, names one by one before
+# summing up the rest.
 MAX_GAPS_LISTED = 50
 
 
@@ -71,18 +72,19 @@ def cmd_export(config: Config, output: str | None, *, force: bool = False) -> in
     return 0
 
 
-def cmd_import(config: Config, source: str) -> int:
+def cmd_import(config: Config, source: str, *, create: bool = False) -> int:
     """Add an export file's memories; repeating it changes nothing.
 
     The file is checked before the vault is opened, so a wrong file is named before
     any passphrase is asked for. Like export, the passphrase comes from
-    SQUIRREL_PASSPHRASE or is asked on the terminal; only with SQUIRREL_PASSPHRASE
-    set does import create a missing vault (`init` creates one otherwise).
+    SQUIRREL_PASSPHRASE or is asked on the terminal. A missing vault is refused, as
+    every command but `init` refuses it (a typo in SQUIRREL_VAULT must not make a
+    new, empty vault); `create` (`--create`) makes it, with SQUIRREL_PASSPHRASE.
     """
     data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
     parsed = parse_export(data, "stdin" if source == "-" else source)
     with ProgressBar("reading", "records") as reading, ProgressBar("importing", "memories") as importing:
-        store = open_store(config, create=config.passphrase is not None, progress=reading)
+        store = open_store(config, create=create, progress=reading)
         try:
             report = import_export(store, parsed, importing)
         finally:
@@ -94,21 +96,31 @@ def cmd_import(config: Config, source: str) -> int:
     return 1 if report.conflicts else 0
 
 
-def cmd_import_server_memory(config: Config, source: str) -> int:
+def cmd_import_server_memory(
+    config: Config, source: str, *, create: bool = False, skip_invalid: bool = False
+) -> int:
     """Add the memories of the official memory server's JSONL file; repeating it adds nothing.
 
-    Unlocks as `import` does, after the whole file was checked.
+    Unlocks as `import` does (a missing vault only with `create`), after the whole file
+    was checked. A faulty line refuses the whole file, unless `skip_invalid`: then the
+    faulty lines are left out and named on stderr (line number and fields, never content).
     """
     data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
-    items = server_memory.parse_graph(data, "stdin" if source == "-" else source)
+    name = "stdin" if source == "-" else source
+    items, skipped = server_memory.parse_graph(data, name, skip_invalid=skip_invalid)
     with ProgressBar("reading", "records") as reading, ProgressBar("importing", "memories") as importing:
-        store = open_store(config, create=config.passphrase is not None, progress=reading)
+        store = open_store(config, create=create, progress=reading)
         try:
             report = server_memory.import_graph(store, items, importing)
         finally:
             store.close()
+    for fault in skipped[:MAX_GAPS_LISTED]:
+        log_line(f"skipped {fault}")
+    if len(skipped) > MAX_GAPS_LISTED:
+        log_line(f"skipped {len(skipped) - MAX_GAPS_LISTED} more invalid lines")
+    left_out = f"; {len(skipped)} invalid lines skipped" if skipped else ""
     print(
         f"imported {report.entities} entities and {report.relations} relations from server-memory: "
-        f"{report.added} memories added, {report.present} already present"
+        f"{report.added} memories added, {report.present} already present{left_out}"
     )
     return 0

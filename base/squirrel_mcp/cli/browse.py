@@ -4,9 +4,11 @@ Each command unlocks the account as the server does (SQUIRREL_PASSPHRASE, or ask
 on the terminal), then calls the server's own tool in this process: search_memory,
 list_memories, get_memory with its history. So the ranking is the server's (hybrid
 when the embeddings plugin is installed: the search waits for it to start), the
-bounds on every option are the tool's, and `--json` prints exactly the structured
-output the tool returns. Without `--json` the output is for reading: one memory per
-line (list) or a short block per memory (search, show).
+bounds on every option are the tool's (checked before any plugin starts), and
+`--json` prints exactly the structured output the tool returns. Without `--json`
+the output is for reading: one memory per line (list) or a short block per memory
+(search, show). A plugin's notice that it is ready is left out of stderr; one that
+says something is wrong is printed.
 """
 
 from __future__ import annotations
@@ -26,16 +28,19 @@ import pluggy
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.cli.progress import ProgressBar
 from squirrel_mcp.core.config import Config
+from squirrel_mcp.core.lines import notice_line
 from squirrel_mcp.core.models import HALF_LIFE_DAYS, Memory
-from squirrel_mcp.plugins.manager import PluginHost
+from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager
 from squirrel_mcp.search.ranking import Progress
-from squirrel_mcp.server.results import GetResult, ListResult, SearchResult
+from squirrel_mcp.server.results import GetResult, ListResult, RevisionView, SearchResult
 
 # How long a search waits for the plugins to start (the embeddings plugin loads its model)
 # before it ranks with whatever is ready; the answer's "ranking" says which it was.
 PLUGIN_START_TIMEOUT = 120.0
 # While a ranker is still preparing (the embeddings plugin's warm-up), how often it is asked again.
 READY_POLL = 0.25
+# How a plugin's notice that all is well ends ("memory: local embeddings ready"); search leaves it out.
+READY_SUFFIX = " ready"
 # The width a line is cut to when the output is not a terminal.
 DEFAULT_WIDTH = 100
 
@@ -108,7 +113,8 @@ def call_tool(
     try:
         result = anyio.run(server.call_tool, name, arguments)
     except ToolError as error:
-        raise ToolRefused(str(error)) from None
+        # The SDK's prefix is for an agent; a person reads the refusal itself ("no memory has the id ...").
+        raise ToolRefused(str(error).removeprefix(f"Error executing tool {name}: ")) from None
     if not isinstance(result, CallToolResult) or result.is_error or result.structured_content is None:
         raise ToolRefused(f"{name} gave no answer")
     structured: dict[str, Any] = result.structured_content
@@ -118,8 +124,11 @@ def call_tool(
 def run(config: Config, pm: pluggy.PluginManager, args: argparse.Namespace, store: MemoryStore) -> int:
     """Run `search`, `list` or `show` on an unlocked store; print the answer; the exit status."""
     name, arguments = tool_arguments(args)
-    host = PluginHost(pm)
+    host = PluginHost(pm, notice=unless_ready)
     if name == "search_memory":
+        # The tool checks the arguments first, ranking by words only: a query it refuses
+        # (too long, say) is refused before any plugin starts (and loads its model).
+        call_tool(store, PluginHost(get_plugin_manager()), name, arguments)
         # The same rankers as the server, started as it starts them, and waited for so the
         # answer is ranked as an agent's would be once the server has warmed up.
         host.start(config, store)
@@ -136,6 +145,12 @@ def run(config: Config, pm: pluggy.PluginManager, args: argparse.Namespace, stor
     else:
         print(render(name, output, _width()))
     return 0
+
+
+def unless_ready(line: str) -> None:
+    """A plugin's notice on stderr, unless it only says the plugin is ready: a person hears of problems."""
+    if not line.endswith(READY_SUFFIX):
+        notice_line(line)
 
 
 def waited_until_prepared(store: MemoryStore, host: PluginHost, query: str) -> bool:
@@ -246,14 +261,43 @@ def _fields(memory: Memory, deleted: bool) -> list[str]:
     return [f"{label:<9} {value}" for label, value in fields]
 
 
+# The fields a revision can change, in the order a history line names them.
+CHANGEABLE = ("entity", "text", "category", "tags", "keywords")
+
+
+def _what_changed(revision: RevisionView, before: RevisionView | None) -> str:
+    """A history line's summary: the fields changed, the reason, then the text when it changed.
+
+    The reason comes before the text, so a cut line loses text, never the reason;
+    the first revision (or one after a gap) shows its text.
+    """
+    if before is None:
+        parts = [revision.text]
+    else:
+        changed = [name for name in CHANGEABLE if getattr(revision, name) != getattr(before, name)]
+        parts = [f"changed {', '.join(changed)}"] if changed else []
+        if revision.reason:
+            parts.append(f"reason: {revision.reason}")
+        if "text" in changed:
+            parts.append(revision.text)
+        elif changed == ["tags"]:
+            parts.append(f"tags now: {', '.join(revision.tags) or '-'}")
+    return " · ".join(parts)
+
+
 def render_show(result: GetResult, width: int) -> str:
-    """The memory's fields and text, then its history: one revision per line, oldest first."""
+    """The memory's fields and text, then its history: one revision per line, oldest first.
+
+    Each line after the first says which fields its revision changed and why, when a reason was given.
+    """
     lines = [*_fields(result.memory, result.deleted), "", _indented(result.memory.text, width)]
     lines += ["", "history (oldest first):"]
+    before: RevisionView | None = None
     for revision in result.history or []:
         head = f"  {revision.revision:>3}  {revision.updatedAt[:19]}  {revision.change:<9}  "
-        reason = f" (reason: {revision.reason})" if revision.reason else ""
-        lines.append(head + _one_line(revision.text + reason, max(20, width - len(head))))
+        follows = before if before is not None and before.revision == revision.revision - 1 else None
+        lines.append(head + _one_line(_what_changed(revision, follows), max(20, width - len(head))))
+        before = revision
     if result.note:
         lines += ["", result.note]
     return "\n".join(lines)

@@ -7,7 +7,9 @@
                             or SQUIRREL_PASSPHRASE and SQUIRREL_NEW_PASSPHRASE); memories stay as they are
     squirrel-mcp export     every memory with its history, as JSON (-o FILE; --force replaces FILE)
     squirrel-mcp import F   add an export's memories (safe to repeat); --from server-memory
-                            reads the official memory server's JSONL instead
+                            reads the official memory server's JSONL instead (--skip-invalid:
+                            import its valid lines, naming the others); --create makes a
+                            missing vault (refused otherwise)
     squirrel-mcp search Q   search your memories as an agent does (also: list, show ID; --json)
     squirrel-mcp doctor     one line per check, each with its fix; exit 1 when any fails
                             (--accept-log: accept the memory log as it is now, after its check failed)
@@ -29,6 +31,8 @@ number left out, and a backup script should treat the export as incomplete.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
+from typing import cast
 
 import pluggy
 
@@ -37,10 +41,37 @@ from squirrel_mcp.cli import browse, doctor
 from squirrel_mcp.cli.account import cmd_init, cmd_passphrase
 from squirrel_mcp.cli.backup import cmd_export, cmd_import, cmd_import_server_memory
 from squirrel_mcp.cli.serve import cmd_browse, cmd_serve, cmd_ui
-from squirrel_mcp.cli.unlock import error_line
+from squirrel_mcp.cli.unlock import UserError, error_line
 from squirrel_mcp.core.config import Config
 from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.plugins.manager import get_plugin_manager, load_plugins, register_commands
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: an argument it does not know is its own error, under its own usage.
+
+    argparse hands a subcommand's unknown arguments up to the top-level parser, which then
+    prints its usage, not the subcommand's. The error names unknown options only (without
+    any `=VALUE`): a stray word may be part of a query or memory text.
+    """
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """Parse as argparse does, then refuse anything left over."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            options = [extra.split("=", 1)[0] for extra in extras if extra.startswith("-")]
+            words = len(extras) - len(options)
+            named = [f"unrecognized option{_s(options)}: {' '.join(options)}"] if options else []
+            if words:
+                named.append(f"{words} unexpected argument{_s(range(words))} (quote a query of many words)")
+            self.error("; ".join(named))
+        return parsed, extras
+
+
+def _s(items: Sequence[object]) -> str:
+    return "s" if len(items) > 1 else ""
 
 
 def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentParser:
@@ -50,7 +81,11 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
         description="A private, encrypted memory for AI agents. With no command, serves MCP over stdio.",
     )
     parser.add_argument("--version", action="version", version=f"squirrel-mcp {__version__}")
-    commands = parser.add_subparsers(dest="command")
+    # Typed as argparse's own: the plugins' register_commands hook takes that type.
+    commands = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(dest="command", parser_class=CommandParser),
+    )
     commands.add_parser("serve", help="serve MCP over stdio (the default)")
     commands.add_parser(
         "init",
@@ -69,6 +104,18 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
         default="squirrel-mcp",
         help="the file's format: squirrel-mcp's export (the default), or the JSONL of the official "
         "memory server (@modelcontextprotocol/server-memory, its MEMORY_FILE_PATH)",
+    )
+    imported.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="--from server-memory: import the valid lines and name the others on stderr (line number "
+        "and fields); without it, one invalid line refuses the whole file",
+    )
+    imported.add_argument(
+        "--create",
+        action="store_true",
+        help="create the vault if it does not exist (with SQUIRREL_PASSPHRASE); without it, a missing "
+        "vault is refused",
     )
     commands.add_parser(
         "passphrase",
@@ -110,10 +157,14 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_passphrase(config)
         if args.command == "export":
             return cmd_export(config, args.output, force=args.force)
+        if args.command == "import" and args.skip_invalid and args.source_format != "server-memory":
+            raise UserError("--skip-invalid applies to --from server-memory only; nothing was imported")
         if args.command == "import" and args.source_format == "server-memory":
-            return cmd_import_server_memory(config, args.file)
+            return cmd_import_server_memory(
+                config, args.file, create=args.create, skip_invalid=args.skip_invalid
+            )
         if args.command == "import":
-            return cmd_import(config, args.file)
+            return cmd_import(config, args.file, create=args.create)
         if args.command in ("search", "list", "show"):
             return cmd_browse(config, pm, args)
         if args.command == "doctor":

@@ -28,7 +28,7 @@ from squirrel_mcp.storage import NO_REMOTE_ACCOUNT, Account, Storage, StorageErr
 from squirrel_mcp.storage.local import LocalVault
 
 MIN_PASSPHRASE = 8
-# How often `init` asks for a passphrase long enough before it gives up.
+# How often a new passphrase is asked for (too short, or confirmed differently) before giving up.
 PASSPHRASE_ATTEMPTS = 3
 # `export` wrote its file but left out revisions it could not read (see the module docstring).
 
@@ -64,18 +64,23 @@ def get_passphrase(config: Config, *, confirm: bool, prompt: str = "Passphrase: 
 
 
 def ask_new_passphrase(prompt: str, nothing: str) -> str:
-    """A new passphrase asked on the terminal: again while too short (a few times), then to confirm."""
-    first = getpass.getpass(prompt)
-    for _ in range(PASSPHRASE_ATTEMPTS - 1):
-        if len(first) >= MIN_PASSPHRASE:
-            break
-        print(f"The passphrase must have at least {MIN_PASSPHRASE} characters; try again.", file=sys.stderr)
+    """A new passphrase asked on the terminal, then again to confirm.
+
+    Too short, or confirmed differently, it is asked for again: PASSPHRASE_ATTEMPTS
+    times in all, then UserError saying which it was the last time.
+    """
+    problem = ""
+    for attempt in range(PASSPHRASE_ATTEMPTS):
+        if attempt:
+            print(f"{problem[0].upper()}{problem[1:]}; try again.", file=sys.stderr)
         first = getpass.getpass(prompt)
-    if len(first) < MIN_PASSPHRASE:
-        raise UserError(f"the passphrase must have at least {MIN_PASSPHRASE} characters; {nothing}")
-    if getpass.getpass(f"{prompt.removesuffix(': ')} again: ") != first:
-        raise UserError(f"the two passphrases differ; {nothing}")
-    return first
+        if len(first) < MIN_PASSPHRASE:
+            problem = f"the passphrase must have at least {MIN_PASSPHRASE} characters"
+        elif getpass.getpass(f"{prompt.removesuffix(': ')} again: ") != first:
+            problem = "the two passphrases differ"
+        else:
+            return first
+    raise UserError(f"{problem}; {nothing}")
 
 
 def check_new_passphrase(variable: str, passphrase: str, nothing: str) -> None:
