@@ -105,7 +105,8 @@ def conversation_memories(conversation: Conversation) -> tuple[list[Revision], d
     count = len(conversation.turns)
 
     def stamp(n: int) -> str:
-        return (NOW - timedelta(milliseconds=10 * (count - n))).isoformat(timespec="milliseconds")[:-6] + "Z"
+        when = NOW - timedelta(milliseconds=10 * (count - n))
+        return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
     memories = [
         Revision.model_validate(
@@ -155,7 +156,8 @@ def corpus_figures(vault: Vault, words_only: bool) -> dict[str, float]:
     return figures
 
 
-GRID = [(floor, span) for floor in FLOORS for span in SPANS]
+# (floor, span) pairs, in the order the report lists them.
+Grid = list[tuple[float, float]]
 
 
 def conversation_files(data: Path = DATA) -> list[Path]:
@@ -177,7 +179,7 @@ def numbers(text: str) -> tuple[float, ...]:
     return tuple(float(part) for part in text.split(","))
 
 
-def conversation_rows(conversation: Conversation) -> dict[Any, list[dict[str, float]]]:
+def conversation_rows(conversation: Conversation, grid: Grid) -> dict[Any, list[dict[str, float]]]:
     """Per-question scores of one conversation: hybrid per (floor, span), words only per prefix length.
 
     One vault at a time: the plugin keeps one account's state per process.
@@ -185,7 +187,7 @@ def conversation_rows(conversation: Conversation) -> dict[Any, list[dict[str, fl
     memories, dia = conversation_memories(conversation)
     rows: dict[Any, list[dict[str, float]]] = {}
     with vault_of(memories) as vault:
-        for floor, span in GRID:
+        for floor, span in grid:
             vault.plugin.hybrid.floor, vault.plugin.hybrid.span = floor, span
             rows[(floor, span)] = locomo_figures(vault, conversation, dia, False)
         for length in PREFIX_LENGTHS:
@@ -195,11 +197,11 @@ def conversation_rows(conversation: Conversation) -> dict[Any, list[dict[str, fl
     return rows
 
 
-def corpus_rows() -> dict[Any, dict[str, float]]:
+def corpus_rows(grid: Grid) -> dict[Any, dict[str, float]]:
     """The recall corpus's figures: hybrid for each (floor, span), and words only per prefix length."""
     rows: dict[Any, dict[str, float]] = {}
     with vault_of([revision(memory) for memory in CORPUS]) as vault:
-        for floor, span in GRID:
+        for floor, span in grid:
             vault.plugin.hybrid.floor, vault.plugin.hybrid.span = floor, span
             rows[(floor, span)] = corpus_figures(vault, False)
         for length in PREFIX_LENGTHS:
@@ -225,11 +227,12 @@ def render(
     locomo: list[dict[Any, list[dict[str, float]]]],
     names: Sequence[str],
     build: str,
+    grid: Grid,
 ) -> str:
     def joined(key: Any) -> dict[str, float]:
         return {**mean_scores([row for rows in locomo for row in rows[key]]), **corpus[key]}
 
-    grid_rows = [{"floor": floor, "span": span, **joined((floor, span))} for floor, span in GRID]
+    grid_rows = [{"floor": floor, "span": span, **joined((floor, span))} for floor, span in grid]
     prefixes = [{"length": length, **joined(length)} for length in PREFIX_LENGTHS]
     questions = len(UNANSWERABLE)
     lines = [
@@ -282,15 +285,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--report", type=Path, default=REPORT, help="where to write the report")
     parser.add_argument("--build", default="this checkout", help="which build this is, for the report")
     args = parser.parse_args(argv)
-    GRID[:] = [(floor, span) for floor in args.floors for span in args.spans]
+    grid = [(floor, span) for floor in args.floors for span in args.spans]
     files = conversation_files(args.data)
     if not files:
         print(f"calibrate_floor: no LoCoMo conversations in {args.data}; nothing measured", flush=True)
         return 1
     conversations = [load(path) for path in files]
-    corpus = corpus_rows()
-    locomo = [conversation_rows(conversation) for conversation in conversations]
-    text = render(corpus, locomo, [c.name for c in conversations], args.build)
+    corpus = corpus_rows(grid)
+    locomo = [conversation_rows(conversation, grid) for conversation in conversations]
+    text = render(corpus, locomo, [c.name for c in conversations], args.build, grid)
     args.report.write_text(text, encoding="utf-8")
     print(text)
     return 0

@@ -513,7 +513,8 @@ def test_memories_changed_the_same_day_are_ordered_by_cosine_not_by_seconds_of_a
         store.save(entity="user", text=f"event number {i}", category="event", tags=[], keywords=[])
         for i in range(8)
     ]
-    two_days = (datetime.now(UTC) - timedelta(days=2)).isoformat(timespec="milliseconds")[:-6] + "Z"
+    two_days_ago = datetime.now(UTC) - timedelta(days=2)
+    two_days = two_days_ago.isoformat(timespec="milliseconds").replace("+00:00", "Z")
     older = memory("an older event").model_copy(update={"category": "event", "createdAt": two_days})
     older = older.model_copy(update={"updatedAt": two_days})
     store.import_history([older])
