@@ -28,23 +28,24 @@ def _export_file(tmp_path: Path, vault_env: dict[str, str]) -> Path:
     return path
 
 
-def test_init_asks_again_after_a_short_passphrase(vault_env: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    ("answers", "asked_again"),
+    [
+        (["tiny", "a long passphrase", "a long passphrase"], "at least 8 characters; try again"),
+        (
+            ["a long passphrase", "a long passfrase", "a long passphrase", "a long passphrase"],
+            "The two passphrases differ; try again.",
+        ),
+    ],
+    ids=["too short", "the two entries differ"],
+)
+def test_init_asks_again_after_a_refused_entry(
+    vault_env: dict[str, str], answers: list[str], asked_again: str
+) -> None:
     env = _without_passphrase(vault_env)
-    answers = ["tiny", "a long passphrase", "a long passphrase"]
     code, output = _converse(["-m", "squirrel_mcp", "init"], env, answers)
     assert code == 0, output
-    assert "at least 8 characters; try again" in output
-    assert "a long passphrase" not in output
-    unlocked = run_cli({**env, "SQUIRREL_PASSPHRASE": "a long passphrase"}, "export")
-    assert unlocked.returncode == 0, unlocked.stderr
-
-
-def test_init_asks_again_when_the_two_entries_differ(vault_env: dict[str, str]) -> None:
-    env = _without_passphrase(vault_env)
-    answers = ["a long passphrase", "a long passfrase", "a long passphrase", "a long passphrase"]
-    code, output = _converse(["-m", "squirrel_mcp", "init"], env, answers)
-    assert code == 0, output
-    assert "The two passphrases differ; try again." in output
+    assert asked_again in output
     assert "a long pass" not in output
     unlocked = run_cli({**env, "SQUIRREL_PASSPHRASE": "a long passphrase"}, "export")
     assert unlocked.returncode == 0, unlocked.stderr
