@@ -36,6 +36,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
+import squirrel_mcp
+import squirrel_mcp_embeddings
 from squirrel_mcp.core.models import HALF_LIFE_DAYS
 from tests.conftest import secrets_of_this_test, server_params
 from tests.reliability.figures import record
@@ -54,6 +56,15 @@ ANSWER_TIMEOUT = 20.0
 MAX_MESSAGE = 1500
 # Strings shorter than this may be words of a legitimate message ("limit", "tags").
 ECHO_MIN = 10
+# What the server can say in its own words: its source. Hypothesis also draws string
+# constants it finds in local code, so a drawn value may be "search_memory" or
+# "invalid arguments for"; an error holding such a value names the tool or says the rule,
+# it does not repeat what the client sent.
+SERVER_SOURCE = "\n".join(
+    path.read_text(encoding="utf-8")
+    for package in (squirrel_mcp, squirrel_mcp_embeddings)
+    for path in sorted(Path(package.__file__).parent.rglob("*.py"))
+)
 
 # The server's eight tools (test_server.py checks the set), in a fixed order for hypothesis.
 TOOLS = sorted(SERVER_TOOLS)
@@ -173,7 +184,7 @@ def echoes(message: str, arguments: Any) -> list[str]:
     """Values sent that the message repeats (ids excepted: naming the id is the point).
 
     The arguments' own keys are field names and categories words of the schema,
-    which an error names on purpose.
+    which an error names on purpose; a value the server's source holds is its own wording.
     """
     values = list(arguments.values()) if isinstance(arguments, dict) else arguments
     return [
@@ -183,6 +194,16 @@ def echoes(message: str, arguments: Any) -> list[str]:
         and not re.fullmatch(r"[0-9a-f]{16}", value)
         and value not in HALF_LIFE_DAYS
         and value.strip() in message
+        and value.strip() not in SERVER_SOURCE
+    ]
+
+
+def test_the_echo_check_tells_the_servers_own_words_from_a_repeated_value() -> None:
+    message = "invalid arguments for search_memory: query: Field required"
+    assert echoes(message, {"category": "search_memory"}) == []
+    assert echoes(message, {"text": "invalid arguments for "}) == []
+    assert echoes(f"{message}; text: 'Sister Anna in Zürich'", {"text": "Sister Anna in Zürich"}) == [
+        "Sister Anna in Zürich"
     ]
 
 
