@@ -83,26 +83,47 @@ def _mark_ranges() -> list[tuple[int, int]]:
     return ranges
 
 
-_MARKS = _char_class(_mark_ranges())
-_WORD_CHAR = rf"(?:[^\W_]|[{_MARKS}])"
 # Hyphen-minus, hyphen and non-breaking hyphen join the parts of one word.
 _HYPHENS = "-\u2010\u2011"
-_CHUNK = re.compile(rf"{_WORD_CHAR}+(?:[{_HYPHENS}]{_WORD_CHAR}+)*")
-# `_CHUNK` on ASCII text, where a word character is a letter or digit and the hyphen-minus
-# is the only hyphen: the same chunks, found several times faster.
+
+
+@dataclass(frozen=True)
+class _MarkPatterns:
+    """The patterns that need the combining marks' ranges, found by scanning Unicode (some 30 ms)."""
+
+    chunk: re.Pattern[str]  # a word, or hyphenated words
+    mark: re.Pattern[str]  # one combining mark
+    cluster: re.Pattern[str]  # a character and the combining marks after it: what a reader counts as one
+
+
+@functools.cache
+def _with_marks() -> _MarkPatterns:
+    """The patterns, built on first use rather than on import.
+
+    A process that never splits text (a server answering its handshake, a command
+    printing its usage) does not pay the scan.
+    """
+    marks = _char_class(_mark_ranges())
+    word_char = rf"(?:[^\W_]|[{marks}])"
+    return _MarkPatterns(
+        chunk=re.compile(rf"{word_char}+(?:[{_HYPHENS}]{word_char}+)*"),
+        mark=re.compile(f"[{marks}]"),
+        cluster=re.compile(rf"[^{marks}][{marks}]*"),
+    )
+
+
+# The chunk pattern on ASCII text, where a word character is a letter or digit and the
+# hyphen-minus is the only hyphen: the same chunks, found several times faster.
 _ASCII_CHUNK = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 # Without a hyphen, those chunks are the runs of letters and digits: every other ASCII
 # character made a space, a split finds them faster still.
 _ASCII_SPACES = str.maketrans(dict.fromkeys([c for c in map(chr, range(128)) if not c.isalnum()], " "))
 _PAIR_RUN = re.compile(rf"[{_char_class(list(_PAIR_RANGES))}]+")
 _HYPHEN_SPLIT = re.compile(f"[{_HYPHENS}]")
-_MARK = re.compile(f"[{_MARKS}]")
 # A query word this many characters long or longer also matches as a prefix (the
 # short-word rule: one or two letters match only whole words).
 PREFIX_LENGTH = 3
 _LETTER_OR_DIGIT = re.compile(r"[^\W_]")
-# A character and the combining marks after it: what a reader counts as one character.
-_CLUSTER = re.compile(rf"[^{_MARKS}][{_MARKS}]*")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -140,7 +161,7 @@ def has_letter_or_digit(text: str) -> bool:
 
 def _pairs(run: str) -> tuple[list[str], list[str]]:
     """Full terms (pairs, or the lone character) and half terms (characters inside pairs)."""
-    chars = _CLUSTER.findall(run)
+    chars = _with_marks().cluster.findall(run)
     if len(chars) == 1:
         return chars, []
     pairs = [a + b for a, b in itertools.pairwise(chars)]
@@ -160,12 +181,14 @@ def matches_prefixes(term: str) -> bool:
         return False
     if term.isascii():
         return len(term) >= PREFIX_LENGTH
-    return len(_MARK.sub("", term)) >= PREFIX_LENGTH and _PAIR_RUN.search(term) is None
+    return len(_with_marks().mark.sub("", term)) >= PREFIX_LENGTH and _PAIR_RUN.search(term) is None
 
 
 def begins_with(term: str, prefix: str) -> bool:
     """Whether `term` is `prefix` or begins with it, cut between characters, never before a combining mark."""
-    return term.startswith(prefix) and (len(term) == len(prefix) or _MARK.match(term, len(prefix)) is None)
+    if not term.startswith(prefix):
+        return False
+    return len(term) == len(prefix) or _with_marks().mark.match(term, len(prefix)) is None
 
 
 @dataclass(frozen=True)
@@ -183,7 +206,7 @@ def document_terms(text: str) -> Terms:
         return _ascii_terms(folded)
     full: list[str] = []
     half: list[str] = []
-    for chunk in _CHUNK.findall(folded):
+    for chunk in _with_marks().chunk.findall(folded):
         if _PAIR_RUN.search(chunk):
             for word in _split_pair_runs(chunk):
                 if _PAIR_RUN.fullmatch(word):
@@ -248,7 +271,7 @@ def query_words(query: str) -> list[QueryWord]:
     memory holding that character alone, and at half by one holding it in a pair.
     """
     words: dict[str, QueryWord] = {}
-    for chunk in _CHUNK.findall(fold(query)):
+    for chunk in _with_marks().chunk.findall(fold(query)):
         if _PAIR_RUN.search(chunk):
             for word in _split_pair_runs(chunk):
                 pieces = _pairs(word)[0] if _PAIR_RUN.fullmatch(word) else [word]
