@@ -9,6 +9,7 @@ exported there.
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 import re
 import subprocess
@@ -166,12 +167,24 @@ def hook_specs() -> list[typing.Callable[..., object]]:
     return [value for value in vars(hookspecs).values() if hasattr(value, "squirrel_mcp_spec")]
 
 
+def names_hookspecs_imports() -> dict[str, object]:
+    """Every name of hookspecs, with those it imports for type checking only (`if TYPE_CHECKING`)."""
+    names = dict(vars(hookspecs))
+    for node in ast.walk(ast.parse(inspect.getsource(hookspecs))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("squirrel_mcp"):
+            module = importlib.import_module(str(node.module))
+            for alias in node.names:
+                names.setdefault(alias.asname or alias.name, getattr(module, alias.name))
+    return names
+
+
 def test_every_type_a_hook_takes_or_returns_is_exported() -> None:
     specs = hook_specs()
     assert len(specs) == 6
     # The annotations as written (argparse's sub-parser type cannot be evaluated on Python 3.11).
     written = " ".join(str(hint) for spec in specs for hint in spec.__annotations__.values())
-    named = {getattr(hookspecs, word, None) for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", written)}
+    known = names_hookspecs_imports()
+    named = {known.get(word) for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", written)}
     needed = {kind for kind in named if inspect.isclass(kind) and kind.__module__.startswith("squirrel_mcp")}
     assert needed == {
         checks.Check,

@@ -183,3 +183,57 @@ async def test_a_key_the_sync_server_refuses_is_every_tool_calls_answer(
             line = await assert_every_call_fails_with(client, "did not accept SQUIRREL_API_KEY (401)")
         assert server_lines() == [line]
         assert record_counts(database) == before
+
+
+# The real entry point, with a spy on the moment the handshake is done (the tool list
+# answered): it prints which of the vault's and the model's modules were imported by then.
+# The unlock's own bound on waiting for the handshake is lifted, so that a slow machine
+# cannot start the unlock's imports before the spy looks.
+HANDSHAKE_SPY = """
+import sys
+from squirrel_mcp.cli import serve
+from squirrel_mcp.server.opening import Opening
+
+serve.HANDSHAKE_WAIT = 600.0
+original = Opening.handshake_done
+HEAVY = {"squirrel_mcp.book.memories", "squirrel_mcp.cli.unlock", "squirrel_mcp.keys.crypto",
+         "squirrel_mcp.storage.local", "squirrel_mcp_embeddings.vectors", "squirrel_mcp_embeddings.ranker"}
+
+
+def spy(self):
+    roots = {"Crypto", "numpy", "onnxruntime"}
+    loaded = sorted(m for m in sys.modules if m in HEAVY or m.split(".")[0] in roots)
+    print(f"loaded at the handshake: {len(loaded)} {loaded[:5]}", file=sys.stderr, flush=True)
+    Opening.handshake_done = original
+    original(self)
+
+
+Opening.handshake_done = spy
+from squirrel_mcp.cli.main import main
+
+sys.exit(main([]))
+"""
+
+
+@pytest.mark.anyio
+async def test_the_tool_list_is_answered_before_the_vault_or_the_model_code_is_imported(
+    vault_env: dict[str, str],
+) -> None:
+    # With the embeddings plugin loaded, as most installs have it.
+    env = {**vault_env, "SQUIRREL_MCP_PLUGINS": "embeddings"}
+    make_vault(Path(env["SQUIRREL_VAULT"]))
+    params = server_params(env)
+    params = params.model_copy(update={"args": ["-c", HANDSHAKE_SPY]})
+    async with Client(params) as client:
+        assert len((await client.list_tools()).tools) == TOOL_COUNT
+        # Then the store opens as always: a save and a search through it.
+        saved = await client.call_tool(
+            "save_memory", {"text": "grows tomatoes on the balcony", "entity": "user"}
+        )
+        assert not saved.is_error
+        found = await client.call_tool("search_memory", {"query": "tomatoes"})
+        assert found.structured_content is not None
+        assert [hit["text"] for hit in found.structured_content["results"]] == [
+            "grows tomatoes on the balcony"
+        ]
+    assert "loaded at the handshake: 0 []" in server_lines()

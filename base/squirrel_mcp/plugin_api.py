@@ -41,14 +41,13 @@ written against this module keeps working.
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from squirrel_mcp import __version__
-from squirrel_mcp.book.memories import MemoryStore
-from squirrel_mcp.book.reader import MemoryReader
-from squirrel_mcp.cli.unlock import USER_ERRORS, UserError, open_store
 from squirrel_mcp.core.config import Config
 from squirrel_mcp.core.files import atomic_write
 from squirrel_mcp.core.models import Revision
-from squirrel_mcp.keys.crypto import SEALED_PREFIX, TAG_BYTES, DecryptionError, open_in_place, seal_in_place
 from squirrel_mcp.plugins.checks import Check
 from squirrel_mcp.plugins.hookspecs import hookimpl
 from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager
@@ -67,6 +66,45 @@ from squirrel_mcp.search.ranking import (
 from squirrel_mcp.server.results import SearchResult
 from squirrel_mcp.server.searching import MAX_SEARCH_LIMIT, run_search
 from squirrel_mcp.text.tokens import fold
+
+if TYPE_CHECKING:
+    from squirrel_mcp.book.memories import MemoryStore
+    from squirrel_mcp.book.reader import MemoryReader
+    from squirrel_mcp.cli.unlock import USER_ERRORS, UserError, open_store
+    from squirrel_mcp.keys.crypto import (
+        SEALED_PREFIX,
+        TAG_BYTES,
+        DecryptionError,
+        open_in_place,
+        seal_in_place,
+    )
+
+# Names whose modules are imported on first use: the vault's code (storage, cryptography,
+# the unlock) is not needed to register a plugin, and a server registers its plugins
+# before it answers the handshake.
+_ON_FIRST_USE = {
+    "MemoryStore": "squirrel_mcp.book.memories",
+    "MemoryReader": "squirrel_mcp.book.reader",
+    "USER_ERRORS": "squirrel_mcp.cli.unlock",
+    "UserError": "squirrel_mcp.cli.unlock",
+    "open_store": "squirrel_mcp.cli.unlock",
+    "SEALED_PREFIX": "squirrel_mcp.keys.crypto",
+    "TAG_BYTES": "squirrel_mcp.keys.crypto",
+    "DecryptionError": "squirrel_mcp.keys.crypto",
+    "open_in_place": "squirrel_mcp.keys.crypto",
+    "seal_in_place": "squirrel_mcp.keys.crypto",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A name of `_ON_FIRST_USE`, imported from its module the first time it is asked for."""
+    module = _ON_FIRST_USE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "MAX_NEAR_MISSES",

@@ -36,20 +36,21 @@ from typing import TYPE_CHECKING
 from squirrel_mcp.plugin_api import (
     Candidate,
     Check,
-    MemoryReader,
     Ranking,
     RankOptions,
     Revision,
     hookimpl,
 )
-from squirrel_mcp_embeddings import vectors
 from squirrel_mcp_embeddings.integrity import MANIFEST_NAME, PACKAGED_MODEL_DIR, ModelNotLoaded, status_line
-from squirrel_mcp_embeddings.ranker import Hybrid
-from squirrel_mcp_embeddings.warmup import RECIPE_VERSION, Notice
 
 if TYPE_CHECKING:
-    # Only for the type: importing embedder starts onnxruntime, which startup does in the background.
+    # Only for the types. The modules themselves are imported by the hooks that use them,
+    # in the plugin's background thread: registering the plugin, which the server does
+    # before it answers the handshake, imports neither NumPy nor onnxruntime (embedder).
+    from squirrel_mcp.plugin_api import MemoryReader
     from squirrel_mcp_embeddings.embedder import Embedder
+    from squirrel_mcp_embeddings.ranker import Hybrid
+    from squirrel_mcp_embeddings.warmup import Notice
 
 ENABLED_VARIABLE = "SQUIRREL_MEMORY_EMBEDDINGS"
 # The runtime's threads per inference: one, so the warm-up keeps one core busy and a search's
@@ -78,7 +79,12 @@ class EmbeddingsHooks:
         if os.environ.get(ENABLED_VARIABLE, "").strip() == "0":
             notice(OFF)
             return
-        from squirrel_mcp_embeddings import embedder  # onnxruntime loads here, in the background
+        from squirrel_mcp_embeddings import (
+            embedder,  # onnxruntime loads here, in the background
+            vectors,
+        )
+        from squirrel_mcp_embeddings.ranker import Hybrid
+        from squirrel_mcp_embeddings.warmup import RECIPE_VERSION
 
         try:
             model = (self._load or functools.partial(embedder.load, threads=RUNTIME_THREADS))()
@@ -124,7 +130,8 @@ class EmbeddingsHooks:
     @hookimpl
     def doctor_checks(self, memories: MemoryReader | None) -> list[Check]:
         """`squirrel-mcp doctor`: the model's files, then this account's vector file once unlocked."""
-        from squirrel_mcp_embeddings import doctor  # only doctor needs it
+        from squirrel_mcp_embeddings import doctor, vectors  # only doctor needs them
+        from squirrel_mcp_embeddings.warmup import RECIPE_VERSION
 
         if os.environ.get(ENABLED_VARIABLE, "").strip() == "0":
             return [Check("embeddings", True, f"turned off by {ENABLED_VARIABLE}=0; search is by words only")]

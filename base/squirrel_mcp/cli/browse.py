@@ -20,12 +20,11 @@ import sys
 import textwrap
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pluggy
 
-from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.cli.progress import ProgressBar
 from squirrel_mcp.core.config import Config
 from squirrel_mcp.core.lines import notice_line
@@ -33,6 +32,9 @@ from squirrel_mcp.core.models import HALF_LIFE_DAYS, Memory
 from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager
 from squirrel_mcp.search.ranking import Progress
 from squirrel_mcp.server.results import GetResult, ListResult, RevisionView, SearchResult
+
+if TYPE_CHECKING:
+    from squirrel_mcp.book.memories import MemoryStore
 
 # How long a search waits for the plugins to start (the embeddings plugin loads its model)
 # before it ranks with whatever is ready; the answer's "ranking" says which it was.

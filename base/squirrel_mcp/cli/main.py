@@ -37,11 +37,8 @@ from typing import cast
 import pluggy
 
 from squirrel_mcp import __version__
-from squirrel_mcp.cli import browse, doctor
-from squirrel_mcp.cli.account import cmd_init, cmd_passphrase
-from squirrel_mcp.cli.backup import cmd_export, cmd_import, cmd_import_server_memory
+from squirrel_mcp.cli import browse
 from squirrel_mcp.cli.serve import cmd_browse, cmd_serve, cmd_ui
-from squirrel_mcp.cli.unlock import UserError, error_line
 from squirrel_mcp.core.config import Config
 from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.plugins.manager import get_plugin_manager, load_plugins, register_commands
@@ -148,33 +145,51 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(pm).parse_args(argv)
     config = Config.from_env()
     try:
-        if getattr(args, "run", None) is not None:
-            # A plugin's subcommand (register_commands): it reads its own settings.
-            return int(args.run(args))
-        if args.command == "init":
-            return cmd_init(config)
-        if args.command == "passphrase":
-            return cmd_passphrase(config)
-        if args.command == "export":
-            return cmd_export(config, args.output, force=args.force)
-        if args.command == "import" and args.skip_invalid and args.source_format != "server-memory":
-            raise UserError("--skip-invalid applies to --from server-memory only; nothing was imported")
-        if args.command == "import" and args.source_format == "server-memory":
-            return cmd_import_server_memory(
-                config, args.file, create=args.create, skip_invalid=args.skip_invalid
-            )
-        if args.command == "import":
-            return cmd_import(config, args.file, create=args.create)
-        if args.command in ("search", "list", "show"):
-            return cmd_browse(config, pm, args)
-        if args.command == "doctor":
-            return doctor.run(config, accept_log=args.accept_log)
-        return cmd_serve(config, pm)
+        return run_command(args, config, pm)
     except KeyboardInterrupt:
         return 130
     except Exception as error:
+        from squirrel_mcp.cli.unlock import error_line
+
         line = error_line(error)
         if line is None:
             raise
         log_line(line)
         return 1
+
+
+def run_command(args: argparse.Namespace, config: Config, pm: pluggy.PluginManager) -> int:
+    """Run the parsed command, importing its code only then (serving, the default, imports least)."""
+    if getattr(args, "run", None) is not None:
+        # A plugin's subcommand (register_commands): it reads its own settings.
+        return int(args.run(args))
+    if args.command in ("init", "passphrase"):
+        from squirrel_mcp.cli import account
+
+        return account.cmd_init(config) if args.command == "init" else account.cmd_passphrase(config)
+    if args.command == "export":
+        from squirrel_mcp.cli import backup
+
+        return backup.cmd_export(config, args.output, force=args.force)
+    if args.command == "import":
+        return _run_import(args, config)
+    if args.command in ("search", "list", "show"):
+        return cmd_browse(config, pm, args)
+    if args.command == "doctor":
+        from squirrel_mcp.cli import doctor
+
+        return doctor.run(config, accept_log=args.accept_log)
+    return cmd_serve(config, pm)
+
+
+def _run_import(args: argparse.Namespace, config: Config) -> int:
+    from squirrel_mcp.cli import backup
+    from squirrel_mcp.cli.unlock import UserError
+
+    if args.source_format == "server-memory":
+        return backup.cmd_import_server_memory(
+            config, args.file, create=args.create, skip_invalid=args.skip_invalid
+        )
+    if args.skip_invalid:
+        raise UserError("--skip-invalid applies to --from server-memory only; nothing was imported")
+    return backup.cmd_import(config, args.file, create=args.create)

@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING
 
 import pluggy
 
-from squirrel_mcp.cli import browse
-from squirrel_mcp.cli.unlock import UserError, error_line, location, open_store
 from squirrel_mcp.core.config import Config
 from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager, load_plugins
@@ -25,9 +23,19 @@ if TYPE_CHECKING:
     # Imported when serving only: the other commands do not pay for importing the MCP SDK.
     from squirrel_mcp.server.opening import Opening
 
+# How long the unlock waits for the handshake to be answered before it starts anyway.
+HANDSHAKE_WAIT = 1.0
+
+# Each command below imports what it runs when it runs: the server answers its handshake
+# before it imports the vault's code (storage, cryptography, the memory book), and the
+# commands for people do not import the MCP server.
+
 
 def cmd_browse(config: Config, pm: pluggy.PluginManager, args: argparse.Namespace) -> int:
     """`search`, `list` or `show`: unlock as the server does, then answer as its tool does."""
+    from squirrel_mcp.cli import browse
+    from squirrel_mcp.cli.unlock import UserError, open_store
+
     store = open_store(config, create=False)
     try:
         return browse.run(config, pm, args, store)
@@ -38,7 +46,15 @@ def cmd_browse(config: Config, pm: pluggy.PluginManager, args: argparse.Namespac
 
 
 def _open_in_background(config: Config, host: PluginHost, opening: Opening) -> None:
-    """Unlock the account and start the plugins; or print why not and tell `opening` the same line."""
+    """Unlock the account and start the plugins; or print why not and tell `opening` the same line.
+
+    It begins once the client has the tool list (or asked for a tool, or HANDSHAKE_WAIT
+    passed): the unlock's Python work would otherwise share the interpreter with the
+    handshake and slow its answer.
+    """
+    opening.wait_for_handshake(HANDSHAKE_WAIT)
+    from squirrel_mcp.cli.unlock import error_line, open_store
+
     try:
         store = open_store(config, create=True)
     except Exception as error:
@@ -72,6 +88,8 @@ def cmd_serve(config: Config, pm: pluggy.PluginManager) -> int:
     host = PluginHost(pm)
     opening = Opening()
     if not config.passphrase and sys.stdin.isatty():
+        from squirrel_mcp.cli.unlock import open_store
+
         store = open_store(config, create=True)
         host.start(config, store)
         opening.opened(store)
@@ -90,6 +108,7 @@ def cmd_serve(config: Config, pm: pluggy.PluginManager) -> int:
 
 def cmd_ui(args: argparse.Namespace, pm: pluggy.PluginManager | None) -> int:
     """Unlock the account, then serve the memories' page on 127.0.0.1 until Ctrl-C."""
+    from squirrel_mcp.cli.unlock import location, open_store
     from squirrel_mcp.ui.serve import serve
 
     config = Config.from_env()

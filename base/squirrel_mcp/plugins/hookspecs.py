@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import pluggy
 
-from squirrel_mcp.book.reader import MemoryReader
 from squirrel_mcp.core.config import Config
 from squirrel_mcp.core.models import Revision
 from squirrel_mcp.plugins.checks import Check
 from squirrel_mcp.search.ranking import Candidate, Ranking, RankOptions
+
+if TYPE_CHECKING:
+    from squirrel_mcp.book.reader import MemoryReader
 
 hookspec = pluggy.HookspecMarker("squirrel_mcp")
 hookimpl = pluggy.HookimplMarker("squirrel_mcp")

@@ -33,16 +33,19 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import pluggy
 
-from squirrel_mcp.book.memories import MemoryStore
-from squirrel_mcp.book.reader import MemoryReader
 from squirrel_mcp.core.config import Config
 from squirrel_mcp.core.lines import log_line, notice_line
 from squirrel_mcp.core.models import Revision
 from squirrel_mcp.plugins import hookspecs
 from squirrel_mcp.search.ranking import Candidate, Ranking, RankOptions, check_ranking
+
+if TYPE_CHECKING:
+    # Imported where a store is at hand: a server answers its handshake before it opens one.
+    from squirrel_mcp.book.memories import MemoryStore
 
 ENTRY_POINT_GROUP = "squirrel_mcp"
 PLUGINS_ENV = "SQUIRREL_MCP_PLUGINS"
@@ -250,6 +253,8 @@ class PluginHost:
 
     def _start(self, config: Config, store: MemoryStore) -> None:
         # A plugin needs neither the passphrase nor the API key: it reads memories through `memories`.
+        from squirrel_mcp.book.reader import MemoryReader
+
         safe = dataclasses.replace(config, passphrase=None, api_key=None)
         reader = MemoryReader(store)
         for name, _ in self._installed():

@@ -14,7 +14,7 @@ import inspect
 import re
 from collections.abc import Callable
 from importlib import resources
-from typing import Any, Concatenate, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 import anyio.from_thread
 import anyio.to_thread
@@ -23,10 +23,10 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.prompts import Prompt
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
+from mcp.types import Tool as MCPTool
 from pydantic import ConfigDict, ValidationError
 
 from squirrel_mcp import __version__
-from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager
 from squirrel_mcp.search.ranking import Progress
 from squirrel_mcp.server.opening import Opening
@@ -35,6 +35,9 @@ from squirrel_mcp.server.searching import ProgressReport
 from squirrel_mcp.server.stdio import stdio_transport
 from squirrel_mcp.server.tools import ToolContext, request_progress
 from squirrel_mcp.storage import StorageError
+
+if TYPE_CHECKING:
+    from squirrel_mcp.book.memories import MemoryStore
 
 INSTRUCTIONS = """\
 A private, encrypted memory of the user. Call get_context at the start of a session.
@@ -136,6 +139,12 @@ class SquirrelServer(MCPServer):
                 read_stream, write_stream, self._lowlevel_server.create_initialization_options()
             )
 
+    async def list_tools(self) -> list[MCPTool]:
+        """The tools; the first list lets the store's opening begin (it waited for the handshake)."""
+        tools = await super().list_tools()
+        self.opening.handshake_done()
+        return tools
+
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> Any:
@@ -148,6 +157,7 @@ class SquirrelServer(MCPServer):
         meanwhile; if it could not be opened, every call gets the reason, even
         one with bad arguments.
         """
+        self.opening.handshake_done()
         await anyio.to_thread.run_sync(self.opening.wait, abandon_on_cancel=True)
         token = request_progress.set(None if context is None else _progress_reporter(context))
         try:

@@ -8,10 +8,12 @@ for it, up to OPEN_WAIT, and when it cannot be opened gets the line saying why.
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from mcp.server.mcpserver.exceptions import ToolError
 
-from squirrel_mcp.book.memories import MemoryStore
+if TYPE_CHECKING:
+    from squirrel_mcp.book.memories import MemoryStore
 
 # How long a tool call waits for the store to open (scrypt, the storage, a pull, decrypting and
 # indexing every memory) before it is answered that the memory is still opening; the opening goes
@@ -34,10 +36,19 @@ class Opening:
     def __init__(self, store: MemoryStore | None = None) -> None:
         """A store still opening; or, given `store`, one opened already."""
         self._done = threading.Event()
+        self._handshake = threading.Event()
         self._store = store
         self._failure: str | None = None
         if store is not None:
             self._done.set()
+
+    def handshake_done(self) -> None:
+        """The client has the tool list, or asks for a tool: the opening may take the interpreter."""
+        self._handshake.set()
+
+    def wait_for_handshake(self, timeout: float) -> None:
+        """Until `handshake_done`, or `timeout` seconds (a client that neither lists nor calls)."""
+        self._handshake.wait(timeout)
 
     def opened(self, store: MemoryStore) -> None:
         """The store is open: every waiting and later call uses it."""

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from squirrel_mcp.book.checkpoint import accept_advice
-from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.core.models import Category, Revision
 from squirrel_mcp.plugins.manager import PluginHost
 from squirrel_mcp.search import bm25
 from squirrel_mcp.search.ranking import Progress, RankedHit, RankOptions
 from squirrel_mcp.server.results import SearchHit, SearchResult
+
+if TYPE_CHECKING:
+    from squirrel_mcp.book.memories import MemoryStore
 
 MAX_SEARCH_LIMIT = 50
 # The note on a query with no letter or digit when a semantic ranker ranked it anyway.
@@ -41,6 +43,8 @@ def log_note(store: MemoryStore) -> str | None:
     problem = store.log_problem
     if problem is None:
         return None
+    from squirrel_mcp.book.checkpoint import accept_advice
+
     return (
         f"Log integrity check failed: {problem}. These answers come from the log as it is now. "
         "Saving, correcting, deleting and restoring memories are refused until the user accepts "

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field, JsonValue
@@ -30,7 +30,6 @@ from pydantic.json_schema import SkipJsonSchema
 
 from squirrel_mcp.book.catalog import Filters, Page
 from squirrel_mcp.book.errors import MemoryOperationError
-from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.core.models import (
     HALF_LIFE_DAYS,
     MAX_REVISION,
@@ -54,6 +53,9 @@ from squirrel_mcp.server.results import (
     Section,
 )
 from squirrel_mcp.server.searching import MAX_SEARCH_LIMIT, ProgressReport, join_notes, log_note, run_search
+
+if TYPE_CHECKING:
+    from squirrel_mcp.book.memories import MemoryStore
 
 MAX_LIST_LIMIT = 100
 # How many profile and how many preference memories get_context returns at most: who the user is

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from squirrel_mcp.keys.crypto import KdfParams
+if TYPE_CHECKING:
+    from squirrel_mcp.keys.crypto import KdfParams
 
 # Hex digits of a key's fingerprint shown to people: in a failed unlock's line and in
 # `squirrel-mcp-sync list-account-keys`, so that the two can be matched (48 bits).
