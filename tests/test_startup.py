@@ -185,17 +185,18 @@ async def test_a_key_the_sync_server_refuses_is_every_tool_calls_answer(
         assert record_counts(database) == before
 
 
-# The real entry point, with a spy on the moment the handshake is done (the tool list
-# answered): it prints which of the vault's and the model's modules were imported by then.
-# The unlock's own bound on waiting for the handshake is lifted, so that a slow machine
-# cannot start the unlock's imports before the spy looks.
+# The real entry point, with a spy on the moment the server is built and starts reading
+# its input (from there on, answering the handshake is light): it prints which of the
+# vault's and the model's modules were imported by then. The unlock's own bound on
+# waiting for that moment is lifted, so that a slow machine cannot start the unlock's
+# imports before the spy looks.
 HANDSHAKE_SPY = """
 import sys
 from squirrel_mcp.cli import serve
 from squirrel_mcp.server.opening import Opening
 
-serve.HANDSHAKE_WAIT = 600.0
-original = Opening.handshake_done
+serve.SERVING_WAIT = 600.0
+original = Opening.serving
 HEAVY = {"squirrel_mcp.book.memories", "squirrel_mcp.cli.unlock", "squirrel_mcp.keys.crypto",
          "squirrel_mcp.storage.local", "squirrel_mcp_embeddings.vectors", "squirrel_mcp_embeddings.ranker"}
 
@@ -203,12 +204,12 @@ HEAVY = {"squirrel_mcp.book.memories", "squirrel_mcp.cli.unlock", "squirrel_mcp.
 def spy(self):
     roots = {"Crypto", "numpy", "onnxruntime"}
     loaded = sorted(m for m in sys.modules if m in HEAVY or m.split(".")[0] in roots)
-    print(f"loaded at the handshake: {len(loaded)} {loaded[:5]}", file=sys.stderr, flush=True)
-    Opening.handshake_done = original
+    print(f"loaded when serving: {len(loaded)} {loaded[:5]}", file=sys.stderr, flush=True)
+    Opening.serving = original
     original(self)
 
 
-Opening.handshake_done = spy
+Opening.serving = spy
 from squirrel_mcp.cli.main import main
 
 sys.exit(main([]))
@@ -216,7 +217,7 @@ sys.exit(main([]))
 
 
 @pytest.mark.anyio
-async def test_the_tool_list_is_answered_before_the_vault_or_the_model_code_is_imported(
+async def test_the_server_is_built_before_the_vault_or_the_model_code_is_imported(
     vault_env: dict[str, str],
 ) -> None:
     # With the embeddings plugin loaded, as most installs have it.
@@ -236,4 +237,4 @@ async def test_the_tool_list_is_answered_before_the_vault_or_the_model_code_is_i
         assert [hit["text"] for hit in found.structured_content["results"]] == [
             "grows tomatoes on the balcony"
         ]
-    assert "loaded at the handshake: 0 []" in server_lines()
+    assert "loaded when serving: 0 []" in server_lines()

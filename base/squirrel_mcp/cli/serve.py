@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     # Imported when serving only: the other commands do not pay for importing the MCP SDK.
     from squirrel_mcp.server.opening import Opening
 
-# How long the unlock waits for the handshake to be answered before it starts anyway.
-HANDSHAKE_WAIT = 1.0
+# How long the unlock waits for the server to be built before it starts anyway.
+SERVING_WAIT = 1.0
 
 # Each command below imports what it runs when it runs: the server answers its handshake
 # before it imports the vault's code (storage, cryptography, the memory book), and the
@@ -48,11 +48,11 @@ def cmd_browse(config: Config, pm: pluggy.PluginManager, args: argparse.Namespac
 def _open_in_background(config: Config, host: PluginHost, opening: Opening) -> None:
     """Unlock the account and start the plugins; or print why not and tell `opening` the same line.
 
-    It begins once the client has the tool list (or asked for a tool, or HANDSHAKE_WAIT
-    passed): the unlock's Python work would otherwise share the interpreter with the
-    handshake and slow its answer.
+    It begins once the server is built and serving (or after SERVING_WAIT): the
+    unlock's imports and Python work would otherwise share the interpreter with the
+    building of the tools and slow the answer to the handshake.
     """
-    opening.wait_for_handshake(HANDSHAKE_WAIT)
+    opening.wait_until_serving(SERVING_WAIT)
     from squirrel_mcp.cli.unlock import error_line, open_store
 
     try:

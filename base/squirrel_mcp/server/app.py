@@ -23,7 +23,6 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.prompts import Prompt
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
-from mcp.types import Tool as MCPTool
 from pydantic import ConfigDict, ValidationError
 
 from squirrel_mcp import __version__
@@ -134,16 +133,13 @@ class SquirrelServer(MCPServer):
         It answers the lines the SDK would drop, and at the end of input every
         request read before it (within a bound), where the SDK cancels them.
         """
+        # The tools are built: the store's opening, which waited so as not to slow their
+        # building, may begin (answering the handshake from here on is light).
+        self.opening.serving()
         async with stdio_transport() as (read_stream, write_stream):
             await self._lowlevel_server.run(
                 read_stream, write_stream, self._lowlevel_server.create_initialization_options()
             )
-
-    async def list_tools(self) -> list[MCPTool]:
-        """The tools; the first list lets the store's opening begin (it waited for the handshake)."""
-        tools = await super().list_tools()
-        self.opening.handshake_done()
-        return tools
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
@@ -157,7 +153,6 @@ class SquirrelServer(MCPServer):
         meanwhile; if it could not be opened, every call gets the reason, even
         one with bad arguments.
         """
-        self.opening.handshake_done()
         await anyio.to_thread.run_sync(self.opening.wait, abandon_on_cancel=True)
         token = request_progress.set(None if context is None else _progress_reporter(context))
         try:

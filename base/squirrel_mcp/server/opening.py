@@ -36,19 +36,19 @@ class Opening:
     def __init__(self, store: MemoryStore | None = None) -> None:
         """A store still opening; or, given `store`, one opened already."""
         self._done = threading.Event()
-        self._handshake = threading.Event()
+        self._serving = threading.Event()
         self._store = store
         self._failure: str | None = None
         if store is not None:
             self._done.set()
 
-    def handshake_done(self) -> None:
-        """The client has the tool list, or asks for a tool: the opening may take the interpreter."""
-        self._handshake.set()
+    def serving(self) -> None:
+        """The server is built and reads its input: from here the opening may take the interpreter."""
+        self._serving.set()
 
-    def wait_for_handshake(self, timeout: float) -> None:
-        """Until `handshake_done`, or `timeout` seconds (a client that neither lists nor calls)."""
-        self._handshake.wait(timeout)
+    def wait_until_serving(self, timeout: float) -> None:
+        """Until `serving`, or `timeout` seconds at most."""
+        self._serving.wait(timeout)
 
     def opened(self, store: MemoryStore) -> None:
         """The store is open: every waiting and later call uses it."""
