@@ -110,6 +110,15 @@ def test_bulk_actions_report_each_memory(vault_env: dict[str, str], tmp_path: Pa
         # The list's cards carry a checkbox of the bulk form, naming the revision shown.
         status, _, page = ui.request("GET", "/", headers=session)
         assert f'name="pick" value="{first.id}:1" form="bulk"' in page and 'id="bulk"' in page
+        # Search results carry them too.
+        status, _, page = ui.request("GET", "/search?q=boiler", headers=session)
+        assert f'name="pick" value="{third.id}:1" form="bulk"' in page and 'id="bulk"' in page
+        # The guard stands in front of the new forms: without this page's Origin, a 403 and nothing written.
+        for path, body in (("/bulk", bulk_body("delete", [(first.id, 1)])), ("/new", form_body(text="x"))):
+            status, _, _ = ui.request("POST", path, headers={**session, **FORM}, body=body)
+            assert status == 403, path
+        with library(vault_env) as store:
+            assert {(m.id, m.revision) for m in store.current()} == {(m.id, 1) for m in memories}
         # Meanwhile the agent corrects the second and deletes the third.
         with library(vault_env) as store:
             store.update(second.id, changes={"text": "The Wi-Fi password is on the router"}, reason="moved")

@@ -57,7 +57,7 @@ def duplicates_page(found: Sequence[Sequence[Revision]], *, now: datetime) -> Ht
     else:
         body = join(
             html(
-                '<section class="group" data-group="{n}"><h2>{n}. {size} memories</h2>'
+                '<section class="group" data-group="{n}"><h2>Group {n} · {size} memories</h2>'
                 '<ol class="cards">{cards}</ol></section>',
                 n=number,
                 size=len(group),

@@ -218,6 +218,13 @@ def bulk_bar(*, restore: bool = False) -> Html:
 # What an action did, by action: "3 memories deleted"; and the action that undoes it.
 DONE = {"delete": "deleted", "restore": "restored", "tag": "tagged", "untag": "untagged"}
 NOT_DONE = {"delete": "not deleted", "restore": "not restored", "tag": "not tagged", "untag": "not untagged"}
+AFTER = {
+    "delete": "Search and the agent no longer see them; their histories stay. Restore them here if "
+    "that was a mistake.",
+    "restore": "Search and the agent see them again, as they were before the delete.",
+    "tag": "Each changed one is a new revision; its history shows the tag added.",
+    "untag": "Each changed one is a new revision; its history shows the tag removed.",
+}
 UNDO: dict[BulkAction, BulkAction] = {
     "delete": "restore",
     "restore": "delete",
@@ -295,10 +302,11 @@ def bulk_page(outcome: BulkOutcome, shown: Mapping[str, Revision], *, now: datet
     )
     return html(
         '<section id="bulk-result"><h1>{headline}</h1>'
-        '<p class="notice" role="status" id="done-count">{headline}.</p>{undo}{refused}'
+        '<p class="notice" role="status">{after}</p>{undo}{refused}'
         '<ul class="cards" id="done">{done}</ul>'
         '<p><a href="/">All memories</a> · <a href="/?deleted=1">With the deleted ones</a></p></section>',
         headline=headline,
+        after=AFTER[outcome.action] if outcome.done else "Nothing was changed.",
         undo=_undo_form(outcome) if outcome.done else Html(""),
         refused=refused,
         done=done,
