@@ -24,6 +24,7 @@ from squirrel_mcp.core.models import (
     MemoryText,
     Reason,
     Revision,
+    Tag,
     Tags,
 )
 from squirrel_mcp.ui.outcomes import BulkAction
@@ -84,6 +85,7 @@ TEXT = TypeAdapter[str](MemoryText)
 ENTITY = TypeAdapter[str](Entity)
 CATEGORY = TypeAdapter[Category](Category)
 TAGS = TypeAdapter[list[str]](Tags)
+TAG = TypeAdapter[str](Tag)
 KEYWORDS = TypeAdapter[list[str]](Keywords)
 REASON = TypeAdapter[str](Reason)
 QUERY = TypeAdapter[str](Annotated[str, Field(min_length=1, max_length=MAX_QUERY)])
@@ -357,9 +359,7 @@ def bulk(pairs: list[tuple[str, str]]) -> Bulk:
         if not form.get("tag", "").strip():
             checker.fail("tag", "give the tag to add or remove")
         else:
-            # A tag by the rules of a memory's tags: one of them, alone.
-            tags = checker.check("tag", TAGS, [form["tag"].strip()])
-            tag = tags[0] if tags else None
+            tag = checker.check("tag", TAG, form["tag"].strip())
     checker.done()
     return Bulk(cast(BulkAction, action), picks, tag)
 
