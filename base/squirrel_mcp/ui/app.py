@@ -39,7 +39,6 @@ from squirrel_mcp.book.errors import (
     ConflictError,
     LogDivergedError,
     MemoryOperationError,
-    Unchanged,
     UnknownMemoryError,
 )
 from squirrel_mcp.book.memories import MemoryStore
@@ -407,19 +406,19 @@ class Page:
         held = [tag.casefold() for tag in latest.tags]
         if action.action == "tag":
             if action.tag.casefold() in held:
-                raise Unchanged("it carries this tag already", latest)
+                raise BulkRefusal("it carries this tag already")
             if len(latest.tags) >= MAX_TAGS:
                 raise BulkRefusal(f"it has {MAX_TAGS} tags, the most a memory can carry")
             tags, reason = [*latest.tags, action.tag], "tag added on the page"
         else:
             if action.tag.casefold() not in held:
-                raise Unchanged("it does not carry this tag", latest)
+                raise BulkRefusal("it does not carry this tag")
             tags = [tag for tag in latest.tags if tag.casefold() != action.tag.casefold()]
             reason = "tag removed on the page"
         return self.store.update(memory_id, changes={"tags": tags}, reason=reason, expected_revision=revision)
 
     def _change(self, memory_id: str, change: Callable[[], Revision], form: str) -> Response:
-        self.store.get(memory_id)  # an unknown id is a 404, not a refusal
+        self.store.get(memory_id)  # an unknown id: the list says so (Page.safely)
         try:
             change()
         except LogDivergedError:
