@@ -356,6 +356,7 @@ def test_add_act_on_several_and_find_duplicates(
         page.click("#undo button[type=submit]")
         page.wait_for_url(re.compile(r"/bulk\?outcome=[\w-]+$"))
         assert page.inner_text("#bulk-result h1") == "3 memories restored"
+        restored_page = page.url.removeprefix(ui.origin)
         with library(vault_env) as store:
             for memory_id in chosen:
                 latest, history = store.get(memory_id), store.history(memory_id)
@@ -385,7 +386,7 @@ def test_add_act_on_several_and_find_duplicates(
 
         # At a phone's width nothing runs off the side of the new pages either.
         page.set_viewport_size(PHONE)
-        for path in ("/", "/new", "/duplicates"):
+        for path in ("/", "/new", "/duplicates", restored_page, f"/memory/{saved.id}"):
             page.goto(f"{ui.origin}{path}")
             assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"], path
         screenshot(page, "phone-duplicates")
