@@ -195,7 +195,9 @@ def test_duplicates_are_grouped_as_save_names_them(vault_env: dict[str, str], tm
         assert status == 200
         groups = re.findall(r'<section class="group" data-group="\d+">(.*?)</section>', page, re.S)
         assert len(groups) == 1
-        assert re.findall(r'<li class="card" data-id="(\w+)"', groups[0]) == [one.id, two.id]
+        # The oldest first (two saved in one millisecond: by id).
+        oldest_first = [m.id for m in sorted((one, two), key=lambda m: (m.createdAt, m.id))]
+        assert re.findall(r'<li class="card" data-id="(\w+)"', groups[0]) == oldest_first
         assert other.id not in page and lone.id not in page
         # The list links to it, and a memory's page names the one it may repeat.
         assert 'href="/duplicates"' in ui.request("GET", "/", headers=session)[2]

@@ -28,10 +28,16 @@ def test_a_group_is_every_memory_linked_one_after_the_other(vault_env: dict[str,
             m.id: {hit.memory.id for hit in bm25.likely_duplicates(store.index, m)} for m in (first, third)
         }
         assert linked == {first.id: {second.id}, third.id: {second.id}}
-        found = [[m.id for m in group] for group in groups(store)]
-        # The newest group first; in each, the oldest memory first.
-        assert found == [[m.id for m in other_pair], [first.id, second.id, third.id]]
-        assert all(alone.id not in group for group in found)
+        found = groups(store)
+        assert {frozenset(m.id for m in group) for group in found} == {
+            frozenset(m.id for m in other_pair),
+            frozenset({first.id, second.id, third.id}),
+        }
+        assert all(alone.id not in {m.id for m in group} for group in found)
+        # In each group the oldest first (saved in one millisecond: by id); the newest group first.
+        assert all(group == sorted(group, key=lambda m: (m.createdAt, m.id)) for group in found)
+        newest = [max(m.updatedAt for m in group) for group in found]
+        assert newest == sorted(newest, reverse=True)
         # A deleted memory is in no group: the pair it made is gone, and a chain through it breaks.
         store.delete(other_pair[1].id, reason=None)
         store.delete(second.id, reason=None)
