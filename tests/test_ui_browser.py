@@ -372,6 +372,24 @@ def test_add_act_on_several_and_find_duplicates(
                 ]
             assert len(store.current()) == len(before)
 
+        # Two ticked, one of them deleted by the agent meanwhile: each is reported, neither silently.
+        page.goto(f"{ui.origin}/")
+        tea = next(m for m in before.values() if m.category == "preference")
+        page.check(f'#memories li[data-id="{tea.id}"] input.pick')
+        page.check(f'#memories li[data-id="{chosen[1]}"] input.pick')
+        with library(vault_env) as store:
+            store.delete(chosen[1], reason="done by the agent")
+        page.fill("#bulk input[name=tag]", "kept")
+        page.click("#bulk button[value=tag]")
+        page.wait_for_url(re.compile(r"/bulk\?outcome=[\w-]+$"))
+        assert page.inner_text("#bulk-result h1") == "1 memory tagged kept"
+        refusal = page.locator(f'#refused li[data-id="{chosen[1]}"] .refusal').inner_text()
+        assert refusal == "it is deleted: restore it first to change its tags"
+        with library(vault_env) as store:
+            assert store.get(tea.id).tags == [*tea.tags, "kept"]
+            assert (store.get(chosen[1]).revision, store.get(chosen[1]).tags) == (4, before[chosen[1]].tags)
+        screenshot(page, "bulk-refused")
+
         # The duplicates: the list links to them; the added memory and the one it repeats are a group.
         page.goto(f"{ui.origin}/")
         page.click("p.shown a[href='/duplicates']")
