@@ -303,12 +303,15 @@ def bulk_page(outcome: BulkOutcome, shown: Mapping[str, Revision], *, now: datet
     return html(
         '<section id="bulk-result"><h1>{headline}</h1>'
         '<p class="notice" role="status">{after}</p>{undo}{refused}'
-        '<ul class="cards" id="done">{done}</ul>'
+        '{done_heading}<ul class="cards" id="done">{done}</ul>'
         '<p><a href="/">All memories</a> · <a href="/?deleted=1">With the deleted ones</a></p></section>',
         headline=headline,
         after=AFTER[outcome.action] if outcome.done else "Nothing was changed.",
         undo=_undo_form(outcome) if outcome.done else Html(""),
         refused=refused,
+        done_heading=html("<h2>{changed}</h2>", changed=DONE[outcome.action].capitalize())
+        if outcome.refused and outcome.done
+        else Html(""),
         done=done,
     )
 
