@@ -237,7 +237,7 @@ def test_the_store_refusing_a_form_is_a_page_that_reloads(vault_env: dict[str, s
             locker.rollback()
             locker.close()
         assert outcome_address(memory.id).fullmatch(location)
-        assert "<b>not saved</b>: " in page and "is busy: another process held its write lock" in page
+        assert "<b>store</b>: " in page and "is busy: another process held its write lock" in page
         status, _, page = ui.request("GET", location, headers=session)
         assert status == 200 and "locked" in page
         with library(vault_env) as store:

@@ -253,7 +253,7 @@ class Page:
             return self.refused(LIST, [("memory", UNKNOWN_ID)])
         except (MemoryOperationError, StorageError) as error:
             # These name a memory's id, a path or the sync server's address, never content.
-            return self.refused(where, [("not saved", str(error))], values=values)
+            return self.refused(where, [("store", str(error))], values=values)
 
     def to_memory(self, request: Request) -> Response:
         """GET of a form's address (a reload, the address bar, a bookmark): the memory's page, or the list."""
