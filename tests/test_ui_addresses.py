@@ -35,7 +35,12 @@ def test_a_forms_address_leads_to_the_memorys_page(vault_env: dict[str, str], tm
                 assert (status, headers["location"]) == (303, f"/memory/{memory.id}"), (form, method)
             status, _, page = ui.request("GET", headers["location"], headers=session)
             assert status == 200 and SECRET_TEXT in page
-        assert ui.request("GET", "/memory/not-an-id/correct", headers=session)[0] == 404
+        # An address that names no memory: the list, saying so.
+        for address in ("/memory/not-an-id/correct", f"/memory/{'0' * 16}/delete"):
+            status, headers, _ = ui.request("GET", address, headers=session)
+            assert status == 303 and headers["location"].startswith("/?outcome="), address
+            status, _, page = ui.request("GET", headers["location"], headers=session)
+            assert status == 200 and "no memory has this id" in page and SECRET_TEXT in page
         # An outcome no longer kept (or another memory's) is said so above the memory as it is now.
         write = {**session, **FORM, "Origin": ui.origin}
         location, page = post_form(ui, f"/memory/{memory.id}/delete", write, form_body(reason="r" * 501))

@@ -1,14 +1,17 @@
 """`squirrel-mcp ui` in a real headless browser: Debian's chromium driven by Playwright.
 
 A person's round: open the printed address, search, correct a memory with a
-reason, delete it, restore it, read its history. After each step the vault,
+reason, delete it, restore it, read its history; add a memory, delete three at
+once and restore them, see the duplicates. After each step the vault,
 read through the library (not the page), holds exactly what the page shows.
 
 The browser is Debian's `chromium` (Playwright cannot download its own here);
 `nox -s tests` installs it through .ci/chromium. Without it the test is skipped,
 saying why, unless SQUIRREL_TEST_BROWSER_REQUIRED=1 (set by .ci/run), which
 makes its absence a failure. With SQUIRREL_UI_SCREENSHOTS=DIR it saves the list,
-a search, a history and a conflict as PNGs into DIR (docs/ui holds those of one run).
+a search, a history, a conflict, the add form, the bulk bar and its result, and
+the duplicates as PNGs into DIR, some at a phone's width too (docs/ui holds
+those of one run).
 """
 
 from __future__ import annotations
@@ -284,5 +287,129 @@ def test_a_conflict_survives_a_reload_and_the_labels_filter(
         page.goto(f"{ui.origin}/search?q=key")
         assert page.locator("input[name=q]").count() == 1
         assert page.input_value("input[name=q]") == "key"
+    context.close()
+    assert problems == []
+
+
+def test_add_act_on_several_and_find_duplicates(
+    browser: Browser, vault_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Add a memory from the page, delete three at once and restore them, then see the duplicates."""
+    create_vault(vault_env)
+    with library(vault_env) as store:
+        save(store, "Prefers green tea over coffee, no sugar", category="preference", tags=["food"])
+        save(store, "Anna's birthday is on the third of May", entity="Anna (sister)", category="profile")
+        save(store, "Wi-Fi password for the guest network is on the fridge", entity="home network")
+        save(store, "The boiler is serviced every October", entity="home", tags=["house"])
+        save(store, "Bins go out on Tuesday evening", entity="home", tags=["house", "chores"])
+    context, page, problems = open_page(browser)
+    with running_ui(vault_env, tmp_path) as ui:
+        page.goto(ui.url)
+        # Add: the header's link, the form, a redirect to the new memory; the library reads it as typed.
+        page.click("header nav a[href='/new']")
+        page.wait_for_url(f"{ui.origin}/new")
+        added = "Anna's birthday: the third of May"
+        page.fill("form.add textarea[name=text]", added)
+        page.fill("form.add input[name=entity]", "Anna (sister)")
+        page.select_option("form.add select[name=category]", "profile")
+        page.fill("form.add input[name=tags]", "family, dates")
+        screenshot(page, "add")
+        page.click("form.add button[type=submit]")
+        page.wait_for_url(re.compile(r"/memory/[0-9a-f]{16}\?done=saved$"))
+        new_id = page.url.split("/memory/")[1].split("?")[0]
+        with library(vault_env) as store:
+            saved = store.get(new_id)
+            first_of_anna = next(m for m in store.current() if m.text.startswith("Anna's birthday is"))
+        assert (saved.text, saved.entity, saved.category, saved.tags) == (
+            added,
+            "Anna (sister)",
+            "profile",
+            ["family", "dates"],
+        )
+        assert page.inner_text("#text") == added
+        # Its page names the memory it may repeat, as save_memory would have.
+        assert page.locator(f'#similar li[data-id="{first_of_anna.id}"]').count() == 1
+
+        # Tick three on the list, delete them in one go.
+        page.goto(f"{ui.origin}/")
+        with library(vault_env) as store:
+            before = {m.id: m for m in store.current()}
+        chosen = [m.id for m in before.values() if m.entity in ("home", "home network")]
+        assert len(chosen) == 3
+        for memory_id in chosen:
+            page.check(f'#memories li[data-id="{memory_id}"] input.pick')
+        screenshot(page, "bulk")
+        page.click("#bulk button[value=delete]")
+        page.wait_for_url(re.compile(r"/bulk\?outcome=[\w-]+$"))
+        assert page.inner_text("#bulk-result h1") == "3 memories deleted"
+        with library(vault_env) as store:
+            tombstones = [
+                r.id for m in store.current(include_deleted=True) for r in store.history(m.id) if r.deleted
+            ]
+            assert sorted(tombstones) == sorted(chosen)
+            assert {m.id for m in store.current()} == before.keys() - set(chosen)
+        screenshot(page, "bulk-done")
+        # A reload shows the same count (a GET: nothing is sent again); the undo restores all three.
+        response = page.reload()
+        assert response is not None and response.status == 200
+        assert page.inner_text("#bulk-result h1") == "3 memories deleted"
+        page.click("#undo button[type=submit]")
+        page.wait_for_url(re.compile(r"/bulk\?outcome=[\w-]+$"))
+        assert page.inner_text("#bulk-result h1") == "3 memories restored"
+        restored_page = page.url.removeprefix(ui.origin)
+        with library(vault_env) as store:
+            for memory_id in chosen:
+                latest, history = store.get(memory_id), store.history(memory_id)
+                assert (latest.text, latest.tags, latest.deleted) == (
+                    before[memory_id].text,
+                    before[memory_id].tags,
+                    False,
+                )
+                assert [(r.revision, r.change) for r in history] == [
+                    (1, "created"),
+                    (2, "deleted"),
+                    (3, "restored"),
+                ]
+            assert len(store.current()) == len(before)
+
+        # Two ticked, one of them deleted by the agent meanwhile: each is reported, neither silently.
+        page.goto(f"{ui.origin}/")
+        tea = next(m for m in before.values() if m.category == "preference")
+        page.check(f'#memories li[data-id="{tea.id}"] input.pick')
+        page.check(f'#memories li[data-id="{chosen[1]}"] input.pick')
+        with library(vault_env) as store:
+            store.delete(chosen[1], reason="done by the agent")
+        page.fill("#bulk input[name=tag]", "kept")
+        page.click("#bulk button[value=tag]")
+        page.wait_for_url(re.compile(r"/bulk\?outcome=[\w-]+$"))
+        assert page.inner_text("#bulk-result h1") == "1 memory tagged kept"
+        refusal = page.locator(f'#refused li[data-id="{chosen[1]}"] .refusal').inner_text()
+        assert refusal == "it is deleted: restore it first to change its tags"
+        with library(vault_env) as store:
+            assert store.get(tea.id).tags == [*tea.tags, "kept"]
+            assert (store.get(chosen[1]).revision, store.get(chosen[1]).tags) == (4, before[chosen[1]].tags)
+        screenshot(page, "bulk-refused")
+
+        # The duplicates: the list links to them; the added memory and the one it repeats are a group.
+        page.goto(f"{ui.origin}/")
+        page.click("p.shown a[href='/duplicates']")
+        page.wait_for_url(f"{ui.origin}/duplicates")
+        groups = page.locator("#duplicates section.group")
+        assert groups.count() == 1
+        assert shown_cards(page, "#duplicates section.group ol") == [
+            (first_of_anna.id, first_of_anna.text),
+            (saved.id, saved.text),
+        ]
+        screenshot(page, "duplicates")
+
+        # At a phone's width nothing runs off the side of the new pages either.
+        page.set_viewport_size(PHONE)
+        for path in ("/", "/new", "/duplicates", restored_page, f"/memory/{saved.id}"):
+            page.goto(f"{ui.origin}{path}")
+            assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"], path
+        screenshot(page, "phone-duplicates")
+        page.goto(f"{ui.origin}/")
+        page.check(f'#memories li[data-id="{chosen[0]}"] input.pick')
+        screenshot(page, "phone-list")
     context.close()
     assert problems == []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from squirrel_mcp.ui.outcomes import KEEP_SECONDS, MOST, Outcome, Outcomes
+from squirrel_mcp.ui.outcomes import BULK, KEEP_SECONDS, LIST, MOST, NEW, BulkOutcome, Outcome, Outcomes
 
 MEMORY = "0123456789abcdef"
 
@@ -42,3 +42,15 @@ def test_gone_after_a_while_and_the_oldest_first() -> None:
     keys = [outcomes.keep(Outcome(MEMORY, [])) for _ in range(MOST + 1)]
     assert outcomes.find(keys[0], MEMORY) is None
     assert all(outcomes.find(key, MEMORY) is not None for key in keys[1:])
+
+
+def test_each_outcome_is_found_only_on_the_page_it_names() -> None:
+    outcomes = Outcomes()
+    bulk = BulkOutcome("delete", None, done=[(MEMORY, 2)])
+    added = Outcome(NEW, [("text", "at least 1 character")], values={"text": ""})
+    bulk_key, added_key = outcomes.keep(bulk), outcomes.keep(added)
+    assert outcomes.find(bulk_key, BULK) is bulk and outcomes.find(added_key, NEW) is added
+    for key in (bulk_key, added_key):
+        for where in (LIST, MEMORY):
+            assert outcomes.find(key, where) is None
+    assert outcomes.find(bulk_key, NEW) is None and outcomes.find(added_key, BULK) is None

@@ -415,15 +415,28 @@ class MemoryStore:
             **changes,
         )
 
-    def delete(self, memory_id: str, *, reason: str | None) -> Revision:
-        """A tombstone revision; restore undoes it. Unchanged, writing nothing, when it is deleted already."""
+    def delete(self, memory_id: str, *, reason: str | None, expected_revision: int | None = None) -> Revision:
+        """A tombstone revision; restore undoes it. Unchanged, writing nothing, when it is deleted already.
+
+        With `expected_revision`, refused (ConflictError) when the memory is at another one.
+        """
         return self._next(
-            memory_id, "deleted", None, unchanged="is already deleted", deleted=True, reason=reason
+            memory_id,
+            "deleted",
+            expected_revision,
+            unchanged="is already deleted",
+            deleted=True,
+            reason=reason,
         )
 
-    def restore(self, memory_id: str) -> Revision:
-        """Undo a delete: a new revision with the content back; Unchanged (nothing written) when live."""
-        return self._next(memory_id, "restored", None, unchanged="is not deleted", deleted=False, reason=None)
+    def restore(self, memory_id: str, *, expected_revision: int | None = None) -> Revision:
+        """Undo a delete: a new revision with the content back; Unchanged (nothing written) when live.
+
+        With `expected_revision`, refused (ConflictError) when the memory is at another one.
+        """
+        return self._next(
+            memory_id, "restored", expected_revision, unchanged="is not deleted", deleted=False, reason=None
+        )
 
     def import_history(self, revisions: list[Revision]) -> tuple[int, int, list[int]]:
         """Add an exported memory's revisions that this account lacks (`import_histories` of one)."""

@@ -15,8 +15,10 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from squirrel_mcp.book.errors import Unchanged
+from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.core.models import Category, Entity, Keywords, MemoryText, Reason, Revision, Tags
 from squirrel_mcp.search import bm25
+from squirrel_mcp.search.ranking import Candidate
 from squirrel_mcp.server.results import ChangeResult, DuplicateHint, SaveResult
 from squirrel_mcp.server.tools import (
     CategoryArg,
@@ -26,6 +28,30 @@ from squirrel_mcp.server.tools import (
     absent_means_unset,
     as_tool_error,
 )
+
+
+def save_with_duplicates(
+    store: MemoryStore,
+    *,
+    entity: str,
+    text: str,
+    category: Category,
+    tags: list[str],
+    keywords: list[str],
+) -> tuple[Revision, bool, list[Candidate]]:
+    """Save as save_memory does: (the memory, whether it was written, the memories it may duplicate).
+
+    The fields must have passed save_memory's rules. A memory identical to a stored
+    live one writes nothing and is that one (with no duplicates listed); otherwise
+    the duplicates are those `bm25.likely_duplicates` finds. The page's add form
+    saves through here too, so both follow one set of rules.
+    """
+    saved, written = store.save_once(
+        entity=entity, text=text, category=category, tags=tags, keywords=keywords
+    )
+    if not written:
+        return saved, False, []
+    return saved, True, bm25.likely_duplicates(store.index, saved)
 
 
 def save_memory(
@@ -52,8 +78,8 @@ def save_memory(
     the stored one, so a retried save stores the fact once.
     """
     with as_tool_error():
-        saved, written = context.store.save_once(
-            entity=entity, text=text, category=category, tags=tags, keywords=keywords
+        saved, written, duplicates = save_with_duplicates(
+            context.store, entity=entity, text=text, category=category, tags=tags, keywords=keywords
         )
     if not written:
         return SaveResult(
@@ -62,7 +88,6 @@ def save_memory(
             note=f"This memory was stored already (id '{saved.id}', saved {saved.createdAt}): nothing "
             f"was written. To change it, correct it with update_memory(id='{saved.id}').",
         )
-    duplicates = bm25.likely_duplicates(context.store.index, saved)
     return SaveResult(
         memory=saved.memory(),
         possibleDuplicates=[

@@ -41,6 +41,8 @@ from squirrel_mcp.storage import (
 from squirrel_mcp.storage.wire import NewAccount
 
 SCHEMA_VERSION = 1
+# SQLite's names for a lock another connection holds (the busy timeout ran out waiting for it).
+BUSY = frozenset({"SQLITE_BUSY", "SQLITE_LOCKED"})
 # The files SQLite keeps beside the vault in WAL mode: they hold pages of it.
 SIDE_FILE_SUFFIXES = ("-wal", "-shm")
 
@@ -132,9 +134,12 @@ class LocalVault:
             # Misuse of the connection (closed, wrong thread): our bug, so loudly.
             raise
         except sqlite3.DatabaseError as error:
-            raise StorageError(
-                f"the vault at {self.path} is damaged or unreadable ({_reason(error)})"
-            ) from error
+            if getattr(error, "sqlite_errorname", None) in BUSY:
+                # Another process kept the write lock past the busy timeout: nothing is damaged.
+                problem = f"is busy: another process held its write lock for {sqlite.BUSY_TIMEOUT_S} s"
+            else:
+                problem = "is damaged or unreadable"
+            raise StorageError(f"the vault at {self.path} {problem} ({_reason(error)})") from error
 
     def _check_schema(self) -> None:
         row = self._db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()

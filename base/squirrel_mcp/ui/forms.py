@@ -6,8 +6,9 @@ never the value (it may be memory text); nothing is written then.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
 from urllib.parse import parse_qsl
 
 from pydantic import Field, TypeAdapter, ValidationError
@@ -23,8 +24,10 @@ from squirrel_mcp.core.models import (
     MemoryText,
     Reason,
     Revision,
+    Tag,
     Tags,
 )
+from squirrel_mcp.ui.outcomes import BulkAction
 
 # The largest correction form, every character 4 bytes of UTF-8 sent as %XX, is under
 # 100 KiB; a body far above that is not this page's form.
@@ -82,6 +85,7 @@ TEXT = TypeAdapter[str](MemoryText)
 ENTITY = TypeAdapter[str](Entity)
 CATEGORY = TypeAdapter[Category](Category)
 TAGS = TypeAdapter[list[str]](Tags)
+TAG = TypeAdapter[str](Tag)
 KEYWORDS = TypeAdapter[list[str]](Keywords)
 REASON = TypeAdapter[str](Reason)
 QUERY = TypeAdapter[str](Annotated[str, Field(min_length=1, max_length=MAX_QUERY)])
@@ -105,8 +109,12 @@ def words(values: list[str]) -> str:
     return ", ".join(values)
 
 
-async def read_form(request: Request) -> dict[str, str]:
-    """An application/x-www-form-urlencoded body as {name: value} (the first of repeated names)."""
+async def read_pairs(request: Request, *, max_fields: int = MAX_FIELDS) -> list[tuple[str, str]]:
+    """An application/x-www-form-urlencoded body as its (name, value) pairs, in order.
+
+    BodyTooLarge past MAX_BODY bytes; FormError when it is no such form or has more
+    than `max_fields` fields.
+    """
     if request.headers.get("content-type", "").split(";")[0].strip() != "application/x-www-form-urlencoded":
         raise FormError([("form", "must be sent as application/x-www-form-urlencoded")])
     body = bytearray()
@@ -115,13 +123,17 @@ async def read_form(request: Request) -> dict[str, str]:
         if len(body) > MAX_BODY:
             raise BodyTooLarge
     try:
-        pairs = parse_qsl(
-            body.decode("utf-8"), keep_blank_values=True, max_num_fields=MAX_FIELDS, errors="strict"
+        return parse_qsl(
+            body.decode("utf-8"), keep_blank_values=True, max_num_fields=max_fields, errors="strict"
         )
     except (UnicodeDecodeError, ValueError):
-        raise FormError([("form", f"must be UTF-8 with at most {MAX_FIELDS} fields")]) from None
+        raise FormError([("form", f"must be UTF-8 with at most {max_fields} fields")]) from None
+
+
+async def read_form(request: Request) -> dict[str, str]:
+    """An application/x-www-form-urlencoded body as {name: value} (the first of repeated names)."""
     form: dict[str, str] = {}
-    for name, value in pairs:
+    for name, value in await read_pairs(request):
         form.setdefault(name, value)
     return form
 
@@ -274,6 +286,82 @@ def rebase(
             both.append(name)
     values["revision"] = str(latest.revision)
     return values, both
+
+
+@dataclass(frozen=True)
+class NewMemory:
+    """A memory to save: the save_memory tool's arguments."""
+
+    text: str
+    entity: str
+    category: Category
+    tags: list[str]
+    keywords: list[str]
+
+
+def new_memory(form: dict[str, str]) -> NewMemory:
+    """The add form as the memory to save, by the save_memory tool's rules; FormError when one is broken."""
+    checker = Checker()
+    text = checker.check("text", TEXT, form.get("text", ""))
+    entity = checker.check("entity", ENTITY, form.get("entity", "").strip() or "user")
+    category = checker.check("category", CATEGORY, form.get("category", "") or "note")
+    tags = checker.check("tags", TAGS, split_list(form.get("tags", "")))
+    keywords = checker.check("keywords", KEYWORDS, split_list(form.get("keywords", "")))
+    checker.done()
+    assert text is not None
+    assert entity is not None
+    assert category is not None
+    return NewMemory(text, entity, category, tags or [], keywords or [])
+
+
+def new_memory_values(form: dict[str, str]) -> dict[str, str]:
+    """The fields of the add form that come back into it (a body's other names are dropped)."""
+    return {name: form[name] for name in FIELDS if name in form}
+
+
+# The largest bulk form: a whole page of the list picked, and the bar's few fields.
+MAX_PICKS = MAX_LIST_LIMIT
+MAX_BULK_FIELDS = MAX_PICKS + 10
+BULK_ACTIONS = ("delete", "restore", "tag", "untag")
+PICK = re.compile(r"([0-9a-f]{16}):([0-9]{1,9})")
+
+
+@dataclass(frozen=True)
+class Bulk:
+    """An action on several memories: which, each with the revision its checkbox was rendered from."""
+
+    action: BulkAction
+    picks: list[tuple[str, int]]
+    tag: str | None = None
+
+
+def bulk(pairs: list[tuple[str, str]]) -> Bulk:
+    """The bulk bar's form (repeated `pick` fields, "<id>:<revision>"); FormError when a rule is broken."""
+    checker = Checker()
+    form: dict[str, str] = {}
+    picks: list[tuple[str, int]] = []
+    for name, value in pairs:
+        if name != "pick":
+            form.setdefault(name, value)
+        elif (found := PICK.fullmatch(value)) is None:
+            checker.fail("pick", "each must be a memory id and a revision, as the list renders them")
+        elif (pick := (found.group(1), int(found.group(2)))) not in picks:
+            picks.append(pick)
+    action = form.get("action", "")
+    if action not in BULK_ACTIONS:
+        checker.fail("action", f"must be one of {', '.join(BULK_ACTIONS)}")
+    if not picks:
+        checker.fail("pick", "tick at least one memory")
+    elif len(picks) > MAX_PICKS:
+        checker.fail("pick", f"at most {MAX_PICKS} memories at once")
+    tag = None
+    if action in ("tag", "untag"):
+        if not form.get("tag", "").strip():
+            checker.fail("tag", "give the tag to add or remove")
+        else:
+            tag = checker.check("tag", TAG, form["tag"].strip())
+    checker.done()
+    return Bulk(cast(BulkAction, action), picks, tag)
 
 
 def optional_reason(form: dict[str, str]) -> str | None:

@@ -15,7 +15,7 @@ from squirrel_mcp.core.models import Revision
 from squirrel_mcp.ui.forms import FIELDS, LIMITS, field_text
 from squirrel_mcp.ui.html import Html, html, join
 from squirrel_mcp.ui.outcomes import KEEP_SECONDS, Outcome
-from squirrel_mcp.ui.pages import category_options, entity_link, labels, problems_box
+from squirrel_mcp.ui.pages import category_options, entity_link, labels, memory_card, problems_box
 from squirrel_mcp.ui.when import moment
 
 # What a revision that changed no field did.
@@ -44,6 +44,8 @@ class MemoryView:
     outcome: Outcome | None = None
     #: The address named an outcome that is no longer kept.
     outcome_lost: bool = False
+    #: Live memories that may say the same (those save_memory would name as possible duplicates).
+    similar: Sequence[Revision] = ()
 
 
 def _changes(previous: Revision | None, revision: Revision) -> Html:
@@ -203,6 +205,19 @@ def _warnings(view: MemoryView) -> Html:
     return join(parts)
 
 
+def _similar(view: MemoryView) -> Html:
+    """The memories this one may duplicate, as the agent is told when it saves one."""
+    if not view.similar:
+        return Html("")
+    return html(
+        '<section class="similar" id="similar"><h2>May say the same</h2>'
+        "<p>These share at least half their words with this memory. If one says the same thing, "
+        'keep one: correct it, and delete the other. <a href="/duplicates">All duplicates</a></p>'
+        '<ul class="cards">{cards}</ul></section>',
+        cards=join(memory_card(m, deleted=False, now=view.now) for m in view.similar),
+    )
+
+
 def memory_page(view: MemoryView) -> Html:
     """One memory: as it is now, the forms to change it, and its full history."""
     latest = view.latest
@@ -214,7 +229,7 @@ def memory_page(view: MemoryView) -> Html:
         '<p class="text" id="text">{text}</p><p class="meta">{entity} {labels}</p>'
         '<p class="meta">id {id} · revision <b id="revision">{revision}</b> · created {created} · '
         'changed {updated}</p>{problems}{conflict}<div class="forms">{forms}</div>'
-        "<h2>History</h2>{history}</article>",
+        "{similar}<h2>History</h2>{history}</article>",
         id=latest.id,
         revision=latest.revision,
         notice=notice,
@@ -228,5 +243,6 @@ def memory_page(view: MemoryView) -> Html:
         problems=problems_box(problems),
         conflict=_conflict(view),
         forms=_state_forms(view),
+        similar=_similar(view),
         history=history_list(view.history, view.now),
     )

@@ -1,9 +1,11 @@
-"""The page's HTML: the layout, the list, a search, and the pieces the memory's page shares.
+"""The page's HTML: the layout, the list, a search, the add form, and the pieces the other pages share.
+
+Also the bulk bar (an action on the ticked memories) and the page of what it did.
 
 Every value is escaped by `html` (squirrel_mcp.ui.html); the page layout is the
 package's templates/page.html. No script or style is inline: the policy the
 guard sends forbids them, so ui.js and ui.css come from /static/. One memory's
-page is squirrel_mcp.ui.memory_page.
+page is squirrel_mcp.ui.memory_page, the duplicates squirrel_mcp.ui.duplicates.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from urllib.parse import urlencode
 
 from squirrel_mcp.core.models import HALF_LIFE_DAYS, Memory, Revision
 from squirrel_mcp.server.results import SearchHit, SearchResult
-from squirrel_mcp.ui.forms import ListFilters, SearchForm, words
+from squirrel_mcp.ui.forms import LIMITS, ListFilters, SearchForm, words
 from squirrel_mcp.ui.html import Html, html, join
+from squirrel_mcp.ui.outcomes import KEEP_SECONDS, BulkAction, BulkOutcome
 from squirrel_mcp.ui.when import moment
 
 CATEGORIES = tuple(HALF_LIFE_DAYS)
@@ -46,6 +49,7 @@ def layout(title: str, body: Html, *, where: str, search_box: bool = True) -> Ht
 NOT_SAVED = "Nothing was saved:"
 NOT_SEARCHED = "Nothing was searched:"
 NOT_FILTERED = "Not filtered (the list shows every memory):"
+NOT_DONE_FORM = "Nothing was changed:"
 
 
 def problems_box(problems: Sequence[tuple[str, str]], *, outcome: str = NOT_SAVED) -> Html:
@@ -97,12 +101,29 @@ def entity_link(entity: str) -> Html:
     )
 
 
-def memory_card(memory: Memory, *, deleted: bool, now: datetime, extra: Html | None = None) -> Html:
-    """One memory in a list: its text (the link to its page), entity, labels, when it changed."""
+def memory_card(
+    memory: Memory, *, deleted: bool, now: datetime, extra: Html | None = None, select: bool = False
+) -> Html:
+    """One memory in a list: its text (the link to its page), entity, labels, when it changed.
+
+    With `select`, a checkbox of the bulk bar's form (`bulk_bar`), naming the memory
+    and the revision shown, so an action on it is refused if it changed since.
+    """
+    pick = (
+        html(
+            '<input class="pick" type="checkbox" name="pick" value="{id}:{revision}" form="bulk" '
+            'aria-label="Select this memory">',
+            id=memory.id,
+            revision=memory.revision,
+        )
+        if select
+        else Html("")
+    )
     return html(
-        '<li class="card" data-id="{id}"><p class="text"><a href="/memory/{id}">{text}</a></p>'
+        '<li class="card" data-id="{id}">{pick}<p class="text"><a href="/memory/{id}">{text}</a></p>'
         '<p class="meta">{entity} {labels} <span class="when">changed {updated} · revision {revision}</span>'
         "</p>{extra}</li>",
+        pick=pick,
         id=memory.id,
         entity=entity_link(memory.entity),
         text=memory.text,
@@ -174,6 +195,161 @@ def _filters_form(filters: ListFilters) -> Html:
     )
 
 
+def bulk_bar(*, restore: bool = False) -> Html:
+    """The form that acts on the ticked memories (their checkboxes name it); with `restore`, Restore too.
+
+    The tag's buttons come first: Enter in the tag field submits the first button,
+    which must not be Delete.
+    """
+    restore_button = (
+        Html('<button type="submit" name="action" value="restore">Restore</button>') if restore else Html("")
+    )
+    return html(
+        '<form id="bulk" class="bulk" method="post" action="/bulk">'
+        '<span class="what">With the ticked memories:</span>'
+        '<label>Tag <input name="tag" maxlength="64" placeholder="a tag"></label>'
+        '<button type="submit" name="action" value="tag">Add tag</button>'
+        '<button type="submit" name="action" value="untag">Remove tag</button>'
+        '{restore}<button type="submit" name="action" value="delete" class="danger">Delete</button></form>',
+        restore=restore_button,
+    )
+
+
+# What an action did, by action: "3 memories deleted"; and the action that undoes it.
+DONE = {"delete": "deleted", "restore": "restored", "tag": "tagged", "untag": "untagged"}
+NOT_DONE = {"delete": "not deleted", "restore": "not restored", "tag": "not tagged", "untag": "not untagged"}
+AFTER = {
+    "delete": "Search and the agent no longer see them; their histories stay. Restore them here if "
+    "that was a mistake.",
+    "restore": "Search and the agent see them again, as they were before the delete.",
+    "tag": "Each changed one is a new revision; its history shows the tag added.",
+    "untag": "Each changed one is a new revision; its history shows the tag removed.",
+}
+UNDO: dict[BulkAction, BulkAction] = {
+    "delete": "restore",
+    "restore": "delete",
+    "tag": "untag",
+    "untag": "tag",
+}
+BULK_LOST = (
+    f"What this page showed after an action on several memories is no longer kept (that lasts "
+    f"{KEEP_SECONDS // 60} minutes, and ends when squirrel-mcp ui stops). The list shows them as they are."
+)
+
+
+def memories(count: int) -> str:
+    """The count with its noun: 1 memory, 3 memories."""
+    return f"{count} memory" if count == 1 else f"{count} memories"
+
+
+def _undo_form(outcome: BulkOutcome) -> Html:
+    """The form that undoes what was done, on the revisions it wrote."""
+    undo = UNDO[outcome.action]
+    labels = {
+        "restore": f"Restore these {memories(len(outcome.done))}",
+        "delete": f"Delete these {memories(len(outcome.done))} again",
+        "untag": "Remove the tag again",
+        "tag": "Add the tag back",
+    }
+    picks = join(
+        html('<input type="hidden" name="pick" value="{id}:{revision}">', id=memory_id, revision=revision)
+        for memory_id, revision in outcome.done
+    )
+    tag = html('<input type="hidden" name="tag" value="{tag}">', tag=outcome.tag) if outcome.tag else Html("")
+    return html(
+        '<form class="undo" id="undo" method="post" action="/bulk">{picks}{tag}'
+        '<button type="submit" name="action" value="{undo}"{danger}>{label}</button></form>',
+        picks=picks,
+        tag=tag,
+        undo=undo,
+        danger=Html(' class="danger"' if undo == "delete" else ""),
+        label=labels[undo],
+    )
+
+
+def bulk_page(outcome: BulkOutcome, shown: Mapping[str, Revision], *, now: datetime) -> Html:
+    """What an action on several memories did: a count, each refusal beside its memory, and the undo."""
+    tag = f" {outcome.tag}" if outcome.action in ("tag", "untag") and outcome.tag else ""
+    headline = f"{memories(len(outcome.done))} {DONE[outcome.action]}{tag}"
+    refused = Html("")
+    if outcome.refused:
+        items = join(
+            memory_card(
+                shown[memory_id],
+                deleted=shown[memory_id].deleted,
+                now=now,
+                extra=html('<p class="warning refusal">{rule}</p>', rule=rule),
+            )
+            if memory_id in shown
+            else html(
+                '<li class="card" data-id="{id}"><p class="warning refusal">{id}: {rule}</p></li>',
+                id=memory_id,
+                rule=rule,
+            )
+            for memory_id, rule in outcome.refused
+        )
+        refused = html(
+            '<div class="problems" role="alert"><p>{count} {not_done}, each for the reason shown:</p></div>'
+            '<ul class="cards" id="refused">{items}</ul>',
+            count=memories(len(outcome.refused)),
+            not_done=NOT_DONE[outcome.action],
+            items=items,
+        )
+    done = join(
+        memory_card(shown[memory_id], deleted=shown[memory_id].deleted, now=now)
+        for memory_id, _ in outcome.done
+        if memory_id in shown
+    )
+    return html(
+        '<section id="bulk-result"><h1>{headline}</h1>'
+        '<p class="notice" role="status">{after}</p>{undo}{refused}'
+        '{done_heading}<ul class="cards" id="done">{done}</ul>'
+        '<p><a href="/">All memories</a> · <a href="/?deleted=1">With the deleted ones</a></p></section>',
+        headline=headline,
+        after=AFTER[outcome.action] if outcome.done else "Nothing was changed.",
+        undo=_undo_form(outcome) if outcome.done else Html(""),
+        refused=refused,
+        done_heading=html("<h2>{changed}</h2>", changed=DONE[outcome.action].capitalize())
+        if outcome.refused and outcome.done
+        else Html(""),
+        done=done,
+    )
+
+
+def new_page(values: Mapping[str, str], problems: Sequence[tuple[str, str]], *, lost: bool) -> Html:
+    """The form that adds a memory; after a refusal, with what was typed and the rules it broke."""
+    warning = html('<p class="warning" id="lost">{w}</p>', w=NEW_LOST) if lost else Html("")
+    return html(
+        "<section><h1>Add a memory</h1>{warning}"
+        "<p>Saved as the agent saves one: the same rules, and a memory identical to a stored one "
+        "is not stored twice.</p>{problems}"
+        '<form class="edit add" method="post" action="/new">'
+        "<label>Text <small>{text_rule}</small>"
+        '<textarea name="text" rows="5" required>{text}</textarea></label>'
+        '<label>Entity <small>who or what it is about</small><input name="entity" value="{entity}"></label>'
+        '<label>Category <select name="category">{categories}</select></label>'
+        '<label>Tags <small>{tags_rule}</small><input name="tags" value="{tags}"></label>'
+        '<label>Keywords <small>{keywords_rule}</small><input name="keywords" value="{keywords}"></label>'
+        '<button type="submit">Save memory</button></form></section>',
+        warning=warning,
+        problems=problems_box(problems),
+        text_rule=LIMITS["text"],
+        text=values.get("text", ""),
+        entity=values.get("entity", "user"),
+        categories=category_options(values.get("category", "note"), blank=None),
+        tags_rule=LIMITS["tags"],
+        tags=values.get("tags", ""),
+        keywords_rule=LIMITS["keywords"],
+        keywords=values.get("keywords", ""),
+    )
+
+
+NEW_LOST = (
+    f"What you typed in this form is no longer kept (that lasts {KEEP_SECONDS // 60} minutes, and ends "
+    "when squirrel-mcp ui stops)."
+)
+
+
 def list_page(
     page: Sequence[Revision],
     total: int,
@@ -182,11 +358,15 @@ def list_page(
     problems: Sequence[tuple[str, str]],
     *,
     now: datetime,
+    refused: Sequence[tuple[str, str]] = (),
 ) -> Html:
-    """The memories passing `filters`, one page of them, with the counts and paging links."""
-    cards = join(memory_card(memory, deleted=memory.deleted, now=now) for memory in page) or Html(
-        '<li class="empty">No memories here.</li>'
-    )
+    """The memories passing `filters`, one page of them, with the counts and paging links.
+
+    `refused`: what a form that redirected here broke (an unknown id, a bulk action with nothing ticked).
+    """
+    cards = join(
+        memory_card(memory, deleted=memory.deleted, now=now, select=True) for memory in page
+    ) or Html('<li class="empty">No memories here.</li>')
     links = []
     if filters.offset > 0:
         back = max(0, filters.offset - filters.limit)
@@ -196,11 +376,14 @@ def list_page(
         links.append(html('<a rel="next" href="/?{q}">Older</a>', q=urlencode(filters.query(offset=ahead))))
     shown = f"{filters.offset + 1}-{filters.offset + len(page)} of {total}" if page else f"0 of {total}"
     return html(
-        '<div class="columns"><section><h1>Memories</h1>{filters}{problems}'
-        '<p class="shown">{shown}, most recently changed first</p>'
+        '<div class="columns"><section><h1>Memories</h1>{refused}{filters}{problems}'
+        '<p class="shown">{shown}, most recently changed first · <a href="/new">Add a memory</a> · '
+        '<a href="/duplicates">Duplicates</a></p>{bar}'
         '<ul class="cards" id="memories">{cards}</ul>'
         '<nav class="paging">{links}</nav></section>{counts}</div>',
+        refused=problems_box(refused, outcome=NOT_DONE_FORM),
         filters=_filters_form(filters),
+        bar=bulk_bar(restore=filters.deleted) if page else Html(""),
         problems=problems_box(problems, outcome=NOT_FILTERED),
         shown=shown,
         cards=cards,
@@ -263,12 +446,15 @@ def search_page(
             note=note,
         )
     hits = result.results if result is not None else []
-    cards = join(memory_card(_memory_of(hit), deleted=False, now=now, extra=_scores(hit)) for hit in hits)
+    cards = join(
+        memory_card(_memory_of(hit), deleted=False, now=now, extra=_scores(hit), select=True) for hit in hits
+    )
     if result is not None and not hits:
         cards = Html('<li class="empty">Nothing matched. Try near misses, or other words.</li>')
     return html(
-        "<section><h1>Search</h1>{form}{problems}{summary}"
+        "<section><h1>Search</h1>{form}{problems}{summary}{bar}"
         '<ol class="cards" id="results">{cards}</ol></section>',
+        bar=bulk_bar() if hits else Html(""),
         form=_search_form(form),
         problems=problems_box(problems, outcome=NOT_SEARCHED),
         summary=summary,
