@@ -35,9 +35,13 @@ def groups(store: MemoryStore) -> list[list[Revision]]:
         return memory_id
 
     for memory in live.values():
-        if index.number(memory.id) is None:
-            continue
-        for hit in bm25.likely_duplicates(index, memory, limit=len(live)):
+        # Under the index's lock, a memory another request deletes meanwhile is either
+        # still indexed for the whole lookup or skipped, never gone in the middle of it.
+        with index.lock:
+            if index.number(memory.id) is None:
+                continue
+            hits = bm25.likely_duplicates(index, memory, limit=len(live))
+        for hit in hits:
             if hit.memory.id in parent:
                 parent[root(hit.memory.id)] = root(memory.id)
     found: dict[str, list[Revision]] = {}
