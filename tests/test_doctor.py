@@ -277,7 +277,7 @@ def test_project_files_uvx_entries_and_passphrases_not_in_the_file(
         "SQUIRREL_PASSPHRASE in its env is still <your passphrase> "
         "→ put your passphrase in place of <your passphrase>",
         f'✓ host config: {cursor}, entry "squirrel-notes": runs {_script()} (this installation); '
-        "SQUIRREL_PASSPHRASE is not in its env: the server must get it elsewhere (the host's environment)",
+        "SQUIRREL_PASSPHRASE is not in its env: the server must get it elsewhere (the keychain, or the host's environment)",
         f'✓ host config: {vscode}, entry "mine": runs through uvx, not this installation; '
         "found on your PATH, which a host not started from your shell may not have; "
         "SQUIRREL_PASSPHRASE comes from a VS Code input, asked once",

@@ -2,7 +2,11 @@
 
     squirrel-mcp            serve over stdio (what an MCP client config runs)
     squirrel-mcp init       create a vault (or, with SQUIRREL_API_BASE_URL, the account
-                            on a sync server) and print a client config block
+                            on a sync server) and print a client config block; --keychain keeps
+                            the passphrase in the OS keychain, so that block holds no secret
+    squirrel-mcp keychain store|forget|status
+                            keep the passphrase (and API key) in the OS keychain, remove it,
+                            or say whether the entry there still unlocks the account
     squirrel-mcp passphrase change the passphrase (asks the current one, then the new one twice;
                             or SQUIRREL_PASSPHRASE and SQUIRREL_NEW_PASSPHRASE); memories stay as they are
     squirrel-mcp export     every memory with its history, as JSON (-o FILE; --force replaces FILE)
@@ -40,6 +44,7 @@ from squirrel_mcp import __version__
 from squirrel_mcp.cli import browse, doctor
 from squirrel_mcp.cli.account import cmd_init, cmd_passphrase
 from squirrel_mcp.cli.backup import cmd_export, cmd_import, cmd_import_server_memory
+from squirrel_mcp.cli.keychain import cmd_keychain
 from squirrel_mcp.cli.serve import cmd_browse, cmd_serve, cmd_ui
 from squirrel_mcp.cli.unlock import UserError, error_line
 from squirrel_mcp.core.config import Config
@@ -87,10 +92,26 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
         parser.add_subparsers(dest="command", parser_class=CommandParser),
     )
     commands.add_parser("serve", help="serve MCP over stdio (the default)")
-    commands.add_parser(
+    init = commands.add_parser(
         "init",
         help="create an encrypted vault (or an account on the sync server SQUIRREL_API_BASE_URL names) "
         "and print an MCP client config block",
+    )
+    init.add_argument(
+        "--keychain",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="keep the passphrase (and API key) in the OS keychain, so the client config holds no secret "
+        "(default: asked on a terminal, no otherwise)",
+    )
+    keychain = commands.add_parser(
+        "keychain", help="the passphrase (and API key) in the OS keychain: store, forget, status"
+    )
+    keychain.add_argument(
+        "action",
+        choices=["store", "forget", "status"],
+        help="store: keep SQUIRREL_PASSPHRASE (or the one typed) once it unlocks the account; forget: "
+        "remove the entries; status: say whether the entry there still unlocks the account",
     )
     export = commands.add_parser("export", help="write every memory with its history as JSON")
     export.add_argument("-o", "--output", help="file to write (mode 0600); default: stdout")
@@ -152,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
             # A plugin's subcommand (register_commands): it reads its own settings.
             return int(args.run(args))
         if args.command == "init":
-            return cmd_init(config)
+            return cmd_init(config, keep_in_keychain=args.keychain)
+        if args.command == "keychain":
+            return cmd_keychain(config, args.action)
         if args.command == "passphrase":
             return cmd_passphrase(config)
         if args.command == "export":
