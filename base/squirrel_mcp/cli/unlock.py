@@ -191,7 +191,7 @@ def _keychain_said(config: Config) -> str:
     problem = config.keychain_problem
     if problem is None:
         return (
-            f", nor is it in the keychain ({passphrase_entry(config)}: "
+            f"; nor is it in the keychain (entry {passphrase_entry(config)}: "
             "`squirrel-mcp keychain store` keeps it there)"
         )
     if isinstance(problem, NoKeychainError):
