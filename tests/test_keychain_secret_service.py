@@ -17,13 +17,13 @@ anything the tests wrote outside the keyring's own files.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -84,10 +84,8 @@ def missing_tools() -> str | None:
 
 def stop(process: subprocess.Popen[bytes]) -> None:
     """Kill the process group `process` leads (it was started in a session of its own)."""
-    try:
+    with contextlib.suppress(ProcessLookupError):  # it died already
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     process.wait(timeout=START_WITHIN)
 
 
