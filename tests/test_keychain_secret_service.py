@@ -20,10 +20,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pty
 import select
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -295,3 +297,54 @@ def test_doctor_says_where_the_passphrase_came_from(secret_service: SecretServic
     assert keychain_line(none).startswith("✓ keychain: none: no keychain is usable on this machine")
 
     assert_no_secret_in(tmp_path, secret_service, outputs)
+
+
+def converse(env: dict[str, str], argv: list[str], script: list[tuple[bytes, str]]) -> tuple[int, str]:
+    """Run `squirrel-mcp ARGV` on a pseudo-terminal, typing each answer once its prompt is shown."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: becomes the command, its terminal is the pty
+        os.execve(
+            sys.executable, [sys.executable, "-m", "squirrel_mcp", *argv], {"PATH": os.environ["PATH"], **env}
+        )
+    output = b""
+    pending = list(script)
+    deadline = time.monotonic() + START_WITHIN
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if not ready:
+            continue
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        output += chunk
+        if pending and output.endswith(pending[0][0]):
+            os.write(fd, pending.pop(0)[1].encode() + b"\n")
+    else:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), output.decode(errors="replace")
+
+
+def test_init_on_a_terminal_offers_the_keychain(secret_service: SecretService, tmp_path: Path) -> None:
+    env = secret_service.env
+    script = [(b"[Y/n] ", ""), (b"Passphrase: ", PASSPHRASE), (b"Passphrase again: ", PASSPHRASE)]
+    code, output = converse(env, ["init"], script)
+    assert code == 0, output
+    assert "kept in this machine's keychain" in output and "SQUIRREL_PASSPHRASE" not in output
+    assert PASSPHRASE not in output
+    outputs = [output]
+    status = cli(env, "keychain", "status", outputs=outputs)
+    assert status.returncode == 0 and "and it unlocks the account" in status.stdout.decode()
+    # Declined: today's block, with the placeholder, and nothing kept.
+    cli(env, "keychain", "forget", outputs=outputs)
+    other = {**env, "SQUIRREL_VAULT": str(tmp_path / "other" / "vault.sqlite3")}
+    code, output = converse(other, ["init"], [(b"[Y/n] ", "n"), *script[1:]])
+    assert code == 0, output
+    assert '"SQUIRREL_PASSPHRASE": "<your passphrase>"' in output
+    absent = cli(other, "keychain", "status", outputs=outputs)
+    assert "no entry" in absent.stdout.decode()
+    assert_no_secret_in(tmp_path, secret_service, [*outputs, output])

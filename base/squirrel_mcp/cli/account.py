@@ -54,9 +54,17 @@ def _client_config(config: Config, *, in_keychain: bool = False) -> str:
     return json.dumps({"mcpServers": {"squirrel-notes": entry}}, indent=2)
 
 
-def _ask_keychain() -> bool:
-    """--keychain or --no-keychain not given: asked on a terminal (yes by default), no otherwise."""
+def _ask_keychain(config: Config) -> bool:
+    """--keychain or --no-keychain not given: asked on a terminal where a keychain answers; else no.
+
+    A machine without a usable keychain (a headless box) is not asked about one: init goes on
+    as without it, and says nothing of it.
+    """
     if not sys.stdin.isatty():
+        return False
+    try:
+        keychain.read(passphrase_entry(config))
+    except KeychainError:
         return False
     answer = input("Keep the passphrase in this machine's keychain, so the MCP config holds none? [Y/n] ")
     return answer.strip().lower() in ("", "y", "yes")
@@ -104,7 +112,7 @@ def cmd_init(config: Config, *, keep_in_keychain: bool | None = None) -> int:
         # Before the vault file is made: nothing is created with a passphrase too short.
         check_new_passphrase("SQUIRREL_PASSPHRASE", config.passphrase, "nothing was created")
     if keep_in_keychain is None:
-        keep_in_keychain = _ask_keychain()
+        keep_in_keychain = _ask_keychain(config)
     if keep_in_keychain:
         try:
             keychain.read(passphrase_entry(config))
