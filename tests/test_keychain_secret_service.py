@@ -39,6 +39,7 @@ from mcp import Client
 
 from squirrel_mcp.core.keychain import SERVICE, TIMEOUT
 from tests.conftest import PASSPHRASE, call, call_error, run_cli, secrets_of_this_test, server_params
+from tests.sync.conftest import start_sync_server
 
 pytestmark = pytest.mark.process
 
@@ -189,9 +190,9 @@ async def every_call_says(env: dict[str, str], expected: str) -> tuple[str, floa
     return line, took
 
 
-def assert_no_secret_in(tmp_path: Path, service: SecretService, outputs: list[str]) -> None:
-    """No passphrase in what the tests' commands printed, nor in any file but the keyring's own."""
-    secrets = [PASSPHRASE, NEW_PASSPHRASE, KEYRING_PASSWORD]
+def assert_no_secret_in(tmp_path: Path, service: SecretService, outputs: list[str], *more: str) -> None:
+    """No passphrase (nor `more` secrets) in what the commands printed, nor in files but the keyring's."""
+    secrets = [PASSPHRASE, NEW_PASSPHRASE, KEYRING_PASSWORD, *more]
     for text in outputs:
         assert not [secret for secret in secrets if secret in text], text
     scanned = 0
@@ -348,3 +349,30 @@ def test_init_on_a_terminal_offers_the_keychain(secret_service: SecretService, t
     absent = cli(other, "keychain", "status", outputs=outputs)
     assert "no entry" in absent.stdout.decode()
     assert_no_secret_in(tmp_path, secret_service, [*outputs, output])
+
+
+@pytest.mark.anyio
+async def test_the_sync_servers_api_key_is_kept_in_the_keychain_too(
+    secret_service: SecretService, tmp_path: Path
+) -> None:
+    with start_sync_server(f"sqlite:///{tmp_path}/sync-db/sync.sqlite3", log=tmp_path / "sync.log") as sync:
+        env = {k: v for k, v in secret_service.env.items() if k != "SQUIRREL_VAULT"}
+        env["SQUIRREL_API_BASE_URL"] = sync.url
+        outputs: list[str] = []
+        given = {**env, "SQUIRREL_API_KEY": sync.api_key, "SQUIRREL_PASSPHRASE": PASSPHRASE}
+        made = cli(given, "init", "--keychain", outputs=outputs)
+        assert made.returncode == 0, made.stderr
+        printed = made.stdout.decode()
+        block = json.loads(printed[printed.index("{") :])
+        assert block["mcpServers"]["squirrel-notes"]["env"] == {"SQUIRREL_API_BASE_URL": sync.url}
+
+        async with Client(server_params(env)) as client:
+            saved = await call(client, "save_memory", text="Keeps bees on the roof")
+            found = await call(client, "search_memory", query="bees")
+        assert [memory["id"] for memory in found["results"]] == [saved["memory"]["id"]]
+
+        forgot = cli(env, "keychain", "forget", outputs=outputs)
+        assert forgot.stdout.decode().count("Removed: ") == 2
+        line, _ = await every_call_says(env, "SQUIRREL_API_KEY is not, nor is it in the keychain")
+        assert "squirrel-mcp keychain store" in line
+    assert_no_secret_in(tmp_path, secret_service, outputs, sync.api_key)
