@@ -10,6 +10,7 @@ and where (squirrel_mcp.core.keychain).
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 from squirrel_mcp.book.errors import NoAccountError
 from squirrel_mcp.cli.unlock import (
@@ -65,6 +66,10 @@ def store(config: Config) -> None:
     if config.api_base_url is not None and config.api_key is None:
         api_key = keychain.read(keychain.api_key_entry(check_api_base_url(config.api_base_url)))
         config = dataclasses.replace(config, api_key=api_key)
+    if not config.passphrase and not sys.stdin.isatty():
+        raise UserError(
+            "SQUIRREL_PASSPHRASE is not set (and there is no terminal to ask on); nothing was kept"
+        )
     passphrase = get_passphrase(config, confirm=False)
     unlocks(config, passphrase)
     if config.api_base_url is not None and config.api_key is not None:
