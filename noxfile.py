@@ -48,6 +48,7 @@ LOCK_FLAGS = [
 ]
 POSTGRES_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".ci", "postgres")
 CHROMIUM_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".ci", "chromium")
+KEYRING_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".ci", "keyring")
 
 
 def install_project(session: nox.Session, *locks: str) -> None:
@@ -106,17 +107,22 @@ def postgres_for_tests(session: nox.Session) -> Iterator[None]:
 
 @contextmanager
 def system_packages_installing() -> Iterator[None]:
-    """Debian's chromium and PostgreSQL installed (where missing) while the block runs.
+    """Debian's chromium, GNOME Keyring and PostgreSQL installed (where missing) while the block runs.
 
     apt and pip share nothing, so the minute apt takes overlaps the Python set-up. This only
-    installs: chromium_for_tests and postgres_for_tests afterwards check and start them as
+    installs: chromium_for_tests, keyring_for_tests and postgres_for_tests afterwards check them as
     always (and say what is wrong if this failed). Its output goes to build/system-packages.log.
     """
     log_path = Path("build") / "system-packages.log"
     log_path.parent.mkdir(exist_ok=True)
     with log_path.open("wb") as log:
         installing = subprocess.Popen(
-            ["/bin/bash", "-c", f"{shlex.quote(CHROMIUM_SCRIPT)}; {shlex.quote(POSTGRES_SCRIPT)} install"],
+            [
+                "/bin/bash",
+                "-c",
+                f"{shlex.quote(CHROMIUM_SCRIPT)}; {shlex.quote(KEYRING_SCRIPT)}; "
+                f"{shlex.quote(POSTGRES_SCRIPT)} install",
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -138,6 +144,19 @@ def chromium_for_tests(session: nox.Session) -> None:
     session.warn("no chromium for the browser test: it will be skipped")
 
 
+def keyring_for_tests(session: nox.Session) -> None:
+    """Debian's gnome-keyring and dbus for the keychain tests (.ci/keyring); without them they skip.
+
+    Unless SQUIRREL_TEST_KEYRING_REQUIRED=1 (set by .ci/run): then a missing keyring is an error.
+    The tests start their own D-Bus session and keyring daemon.
+    """
+    if subprocess.run([KEYRING_SCRIPT], check=False).returncode == 0:
+        return
+    if os.environ.get("SQUIRREL_TEST_KEYRING_REQUIRED") == "1":
+        session.error("could not install gnome-keyring and dbus for the keychain tests (.ci/keyring failed)")
+    session.warn("no gnome-keyring for the keychain tests: they will be skipped")
+
+
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """Lint, type-check and run every test (the model is fetched first, so its tests run)."""
@@ -147,6 +166,7 @@ def tests(session: nox.Session) -> None:
         install_project(session)
         run_lint(session)
     chromium_for_tests(session)
+    keyring_for_tests(session)
     with postgres_for_tests(session), reliability_report(session):
         # Side by side, a module per worker: the tests mostly wait on the processes they
         # start, so four workers keep two cores busy. The recall gate and the reliability

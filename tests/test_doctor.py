@@ -56,6 +56,7 @@ async def test_a_healthy_setup_passes_every_check(vault_with_a_memory: dict[str,
     assert names == [
         "config",
         "vault",
+        "keychain",
         "passphrase",
         "log integrity",
         "plugins loaded",
@@ -63,6 +64,7 @@ async def test_a_healthy_setup_passes_every_check(vault_with_a_memory: dict[str,
         "vector file",
         "host config",
     ]
+    assert _named(lines, "keychain") == "✓ keychain: not asked: the passphrase comes from SQUIRREL_PASSPHRASE"
     assert _named(lines, "passphrase") == "✓ passphrase: unlocks the account (1 memories)"
     assert _named(lines, "plugins loaded") == "✓ plugins loaded: embeddings"
     assert "files match the manifest" in _named(lines, "model verified")
@@ -277,7 +279,8 @@ def test_project_files_uvx_entries_and_passphrases_not_in_the_file(
         "SQUIRREL_PASSPHRASE in its env is still <your passphrase> "
         "→ put your passphrase in place of <your passphrase>",
         f'✓ host config: {cursor}, entry "squirrel-notes": runs {_script()} (this installation); '
-        "SQUIRREL_PASSPHRASE is not in its env: the server must get it elsewhere (the host's environment)",
+        "SQUIRREL_PASSPHRASE is not in its env: the server must get it elsewhere (the keychain, or the "
+        "host's environment)",
         f'✓ host config: {vscode}, entry "mine": runs through uvx, not this installation; '
         "found on your PATH, which a host not started from your shell may not have; "
         "SQUIRREL_PASSPHRASE comes from a VS Code input, asked once",

@@ -23,26 +23,51 @@ from squirrel_mcp.cli.unlock import (
     check_new_passphrase,
     explaining,
     foreign_verifier,
+    from_keychain,
     get_passphrase,
     location,
     open_storage,
+    passphrase_entry,
     remember_key,
 )
+from squirrel_mcp.core import keychain
 from squirrel_mcp.core.config import Config, check_api_base_url
+from squirrel_mcp.core.keychain import KeychainError, NoKeychainError
+from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.keys.crypto import key_change_proof, unwrap_data_key
 from squirrel_mcp.storage import NO_REMOTE_ACCOUNT, KeyChanged
 
 
-def _client_config(config: Config) -> str:
-    env = {"SQUIRREL_PASSPHRASE": "<your passphrase>"}
+def _client_config(config: Config, *, in_keychain: bool = False) -> str:
+    """The block for an MCP client's config; with the secrets `in_keychain`, it names none of them."""
+    env = {} if in_keychain else {"SQUIRREL_PASSPHRASE": "<your passphrase>"}
     if config.api_base_url is not None:
         env["SQUIRREL_API_BASE_URL"] = check_api_base_url(config.api_base_url)
-        env["SQUIRREL_API_KEY"] = "<your API key>"
+        if not in_keychain:
+            env["SQUIRREL_API_KEY"] = "<your API key>"
     elif config.vault_path != Config.from_env({}).vault_path:
         env["SQUIRREL_VAULT"] = str(config.vault_path)
     command, args = server_command()
-    block = {"mcpServers": {"squirrel-notes": {"command": command, "args": args, "env": env}}}
-    return json.dumps(block, indent=2)
+    entry: dict[str, object] = {"command": command, "args": args}
+    if env:
+        entry["env"] = env
+    return json.dumps({"mcpServers": {"squirrel-notes": entry}}, indent=2)
+
+
+def _ask_keychain(config: Config) -> bool:
+    """--keychain or --no-keychain not given: asked on a terminal where a keychain answers; else no.
+
+    A machine without a usable keychain (a headless box) is not asked about one: init goes on
+    as without it, and says nothing of it.
+    """
+    if not sys.stdin.isatty():
+        return False
+    try:
+        keychain.read(passphrase_entry(config))
+    except KeychainError:
+        return False
+    answer = input("Keep the passphrase in this machine's keychain, so the MCP config holds none? [Y/n] ")
+    return answer.strip().lower() in ("", "y", "yes")
 
 
 def server_command(environ: Mapping[str, str] = os.environ) -> tuple[str, list[str]]:
@@ -75,15 +100,24 @@ def _installed(distribution: str) -> bool:
     return True
 
 
-def cmd_init(config: Config) -> int:
+def cmd_init(config: Config, *, keep_in_keychain: bool | None = None) -> int:
     """Create the vault, or the account on the sync server, asking for the passphrase twice.
 
     SQUIRREL_PASSPHRASE, when set, is used instead of asking. On a server the
-    API key's slot must be empty (the server's operator issues keys).
+    API key's slot must be empty (the server's operator issues keys). With
+    `keep_in_keychain` (None: asked on a terminal) the passphrase and API key go to
+    the OS keychain, which is checked to be usable before anything is created.
     """
     if config.passphrase:
         # Before the vault file is made: nothing is created with a passphrase too short.
         check_new_passphrase("SQUIRREL_PASSPHRASE", config.passphrase, "nothing was created")
+    if keep_in_keychain is None:
+        keep_in_keychain = _ask_keychain(config)
+    if keep_in_keychain:
+        try:
+            keychain.read(passphrase_entry(config))
+        except KeychainError as error:
+            raise UserError(f"{error}; nothing was created (or run `init --no-keychain`)") from None
     storage = open_storage(config, create=True)
     where = location(config)
     try:
@@ -91,13 +125,21 @@ def cmd_init(config: Config) -> int:
             if config.remote:
                 raise UserError(f"{where} already holds an account for this API key; nothing was changed")
             raise UserError(f"a vault already exists at {config.vault_path}; nothing was changed")
-        MemoryStore.create(storage, get_passphrase(config, confirm=True))
+        passphrase = get_passphrase(config, confirm=True)
+        MemoryStore.create(storage, passphrase)
     finally:
         storage.close()
+    if keep_in_keychain:
+        _keep(config, passphrase)
     if config.remote:
         print(f"Created an encrypted account on {where}\n")
     else:
         print(f"Created an encrypted vault at {config.vault_path}\n")
+    if keep_in_keychain:
+        print("Add this to your MCP client's config (Claude Desktop, Claude Code, Cursor, ...);")
+        print("the passphrase is kept in this machine's keychain, so this holds no secret:\n")
+        print(_client_config(config, in_keychain=True))
+        return 0
     print("Add this to your MCP client's config (Claude Desktop, Claude Code, Cursor, ...),")
     if config.remote:
         print("with your API key and passphrase in place of the placeholders:\n")
@@ -107,6 +149,19 @@ def cmd_init(config: Config) -> int:
     return 0
 
 
+def _keep(config: Config, passphrase: str) -> None:
+    """Put the new account's passphrase (and API key) in the keychain; a failure says what was made."""
+    try:
+        if config.api_base_url is not None and config.api_key is not None:
+            keychain.write(keychain.api_key_entry(check_api_base_url(config.api_base_url)), config.api_key)
+        keychain.write(passphrase_entry(config), passphrase)
+    except KeychainError as error:
+        raise UserError(
+            f"{location(config)} was created, but its passphrase could not be kept in the keychain: {error}; "
+            "run `squirrel-mcp keychain store` once it works"
+        ) from None
+
+
 def cmd_passphrase(config: Config) -> int:
     """Change the passphrase: the current one, then the new one twice, asked (or from the environment).
 
@@ -114,7 +169,10 @@ def cmd_passphrase(config: Config) -> int:
     asking. The data key is wrapped under the new passphrase and swapped in with
     `Storage.replace_key`, with the data key's proof; the records are not touched
     (see squirrel_mcp.book.rekey). An account without a verifier gets it first.
+    The current passphrase may come from the keychain; a keychain entry found for
+    the account is given the new one.
     """
+    config = from_keychain(config)
     storage = open_storage(config, create=False)
     where = location(config)
     try:
@@ -144,12 +202,35 @@ def cmd_passphrase(config: Config) -> int:
         storage.close()
     remember_key(config, changed, changed_here=True)
     print(f"Changed the passphrase of {where}; every memory stays as it was.")
-    print("Set SQUIRREL_PASSPHRASE to the new passphrase in your MCP client's config (and wherever else")
-    print("it is set). Servers running now keep working; they need the new one when they start again.")
+    if _renew_entry(config, new):
+        print(f"The keychain entry {passphrase_entry(config)} holds the new passphrase.")
+        print("Where SQUIRREL_PASSPHRASE is set (it wins over the keychain), set it to the new one.")
+    else:
+        print("Set SQUIRREL_PASSPHRASE to the new passphrase in your MCP client's config (and wherever else")
+        print("it is set).")
+    print("Servers running now keep working; they need the new one when they start again.")
     if config.remote:
         print("Other machines using this account need it too: until they have it, they are told the")
         print("passphrase was changed.")
     return 0
+
+
+def _renew_entry(config: Config, new: str) -> bool:
+    """Give the account's keychain entry, if it has one, the new passphrase; True when it was.
+
+    The passphrase is changed already: a keychain that fails now only costs a line.
+    """
+    entry = passphrase_entry(config)
+    try:
+        if "passphrase" not in config.from_keychain and keychain.read(entry) is None:
+            return False
+        keychain.write(entry, new)
+    except KeychainError as error:
+        if isinstance(error, NoKeychainError) and "passphrase" not in config.from_keychain:
+            return False
+        log_line(f"the keychain entry {entry} could not be given the new passphrase: {error}")
+        return False
+    return True
 
 
 def _new_passphrase(config: Config, current: str) -> str:

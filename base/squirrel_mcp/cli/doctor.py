@@ -9,11 +9,14 @@ passed, 1 when any failed.
 
 It prints paths, names and counts only: never memory text, a passphrase, a key
 or any value of a host config's env.
-The passphrase comes from SQUIRREL_PASSPHRASE, or is asked on the terminal.
+The passphrase comes from SQUIRREL_PASSPHRASE, else from the OS keychain, else is
+asked on the terminal; the keychain's line says which, and whether the entry kept
+there still unlocks the account (squirrel_mcp.cli.keychain.state).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -30,9 +33,16 @@ from squirrel_mcp.book.checkpoint import ACCEPT_COMMAND, records
 from squirrel_mcp.book.errors import NoAccountError
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.book.reader import MemoryReader
-from squirrel_mcp.cli import hosts
+from squirrel_mcp.cli import hosts, keychain
 from squirrel_mcp.cli.account import server_command
-from squirrel_mcp.cli.unlock import USER_ERRORS, location, open_storage, open_store
+from squirrel_mcp.cli.unlock import (
+    USER_ERRORS,
+    StaleKeychainError,
+    from_keychain,
+    location,
+    open_storage,
+    open_store,
+)
 from squirrel_mcp.core.config import Config, ConfigError
 from squirrel_mcp.keys.crypto import WrongPassphraseError
 from squirrel_mcp.plugins.checks import Check
@@ -79,6 +89,8 @@ def check_passphrase(config: Config) -> tuple[Check, MemoryStore | None]:
     """The passphrase (SQUIRREL_PASSPHRASE, or asked on a terminal) unlocks the account."""
     try:
         store = open_store(config, create=False)
+    except StaleKeychainError as error:
+        return Check("passphrase", False, str(error), "run `squirrel-mcp keychain store`"), None
     except WrongPassphraseError as error:
         return Check(
             "passphrase",
@@ -159,16 +171,17 @@ def check_host_command(config: Config, *, found: int) -> Check:
     It fails when the command `init` prints cannot be run.
     """
     command, args = server_command()
-    env = ["SQUIRREL_PASSPHRASE"]
+    env = [] if "passphrase" in config.from_keychain else ["SQUIRREL_PASSPHRASE"]
     if config.remote:
-        env += ["SQUIRREL_API_BASE_URL", "SQUIRREL_API_KEY"]
+        env += ["SQUIRREL_API_BASE_URL"]
+        env += [] if "API key" in config.from_keychain else ["SQUIRREL_API_KEY"]
     elif config.vault_path != Config.from_env({}).vault_path:
         env.append(f"SQUIRREL_VAULT={config.vault_path}")
     where = f"{found} found" if found else "none found"
     detail = (
         f"no squirrel-mcp entry in an MCP host's config here ({HOSTS}: {where}); "
         f'put in your MCP host\'s config: "command": {json.dumps(command)}, "args": {json.dumps(args)}, '
-        f'"env": {", ".join(env)} (`squirrel-mcp init` printed the whole block)'
+        f'"env": {", ".join(env) or "none"} (`squirrel-mcp init` printed the whole block)'
     )
     path = Path(command)
     if path.is_absolute() and not (path.is_file() and os.access(path, os.X_OK)):
@@ -249,7 +262,8 @@ LAUNCHED_BY = {"uvx": "uv (it provides uvx)", "pipx run": "pipx"}
 PASSPHRASE_SAID: dict[hosts.Passphrase, tuple[str, str]] = {
     hosts.Passphrase.SET: ("SQUIRREL_PASSPHRASE is set in this file", ""),
     hosts.Passphrase.ABSENT: (
-        "SQUIRREL_PASSPHRASE is not in its env: the server must get it elsewhere (the host's environment)",
+        "SQUIRREL_PASSPHRASE is not in its env: the server must get it elsewhere (the keychain, or the "
+        "host's environment)",
         "",
     ),
     hosts.Passphrase.VSCODE_INPUT: ("SQUIRREL_PASSPHRASE comes from a VS Code input, asked once", ""),
@@ -318,11 +332,15 @@ def run(config: Config, environ: dict[str, str] | None = None, *, accept_log: bo
     With `accept_log`, the log's check accepts the log as it is now (`--accept-log`).
     """
     environ = dict(os.environ) if environ is None else environ
+    # An unusable SQUIRREL_API_BASE_URL is left as it is: the config check says what is wrong.
+    with contextlib.suppress(ConfigError):
+        config = from_keychain(config)
     checks = [check_config(config)]
     store = None
     if checks[0].ok:
         checks.append(check_storage(config))
         if checks[-1].ok:
+            checks.append(keychain.state(config))
             passphrase, store = check_passphrase(config)
             checks.append(passphrase)
             if store is not None:

@@ -2,7 +2,11 @@
 
     squirrel-mcp            serve over stdio (what an MCP client config runs)
     squirrel-mcp init       create a vault (or, with SQUIRREL_API_BASE_URL, the account
-                            on a sync server) and print a client config block
+                            on a sync server) and print a client config block; --keychain keeps
+                            the passphrase in the OS keychain, so that block holds no secret
+    squirrel-mcp keychain store|forget|status
+                            keep the passphrase (and API key) in the OS keychain, remove it,
+                            or say whether the entry there still unlocks the account
     squirrel-mcp passphrase change the passphrase (asks the current one, then the new one twice;
                             or SQUIRREL_PASSPHRASE and SQUIRREL_NEW_PASSPHRASE); memories stay as they are
     squirrel-mcp export     every memory with its history, as JSON (-o FILE; --force replaces FILE)
@@ -84,10 +88,26 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
         parser.add_subparsers(dest="command", parser_class=CommandParser),
     )
     commands.add_parser("serve", help="serve MCP over stdio (the default)")
-    commands.add_parser(
+    init = commands.add_parser(
         "init",
         help="create an encrypted vault (or an account on the sync server SQUIRREL_API_BASE_URL names) "
         "and print an MCP client config block",
+    )
+    init.add_argument(
+        "--keychain",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="keep the passphrase (and API key) in the OS keychain, so the client config holds no secret "
+        "(default: asked on a terminal, no otherwise)",
+    )
+    keychain = commands.add_parser(
+        "keychain", help="the passphrase (and API key) in the OS keychain: store, forget, status"
+    )
+    keychain.add_argument(
+        "action",
+        choices=["store", "forget", "status"],
+        help="store: keep SQUIRREL_PASSPHRASE (or the one typed) once it unlocks the account; forget: "
+        "remove the entries; status: say whether the entry there still unlocks the account",
     )
     export = commands.add_parser("export", help="write every memory with its history as JSON")
     export.add_argument("-o", "--output", help="file to write (mode 0600); default: stdout")
@@ -166,7 +186,13 @@ def run_command(args: argparse.Namespace, config: Config, pm: pluggy.PluginManag
     if args.command in ("init", "passphrase"):
         from squirrel_mcp.cli import account
 
-        return account.cmd_init(config) if args.command == "init" else account.cmd_passphrase(config)
+        if args.command == "init":
+            return account.cmd_init(config, keep_in_keychain=args.keychain)
+        return account.cmd_passphrase(config)
+    if args.command == "keychain":
+        from squirrel_mcp.cli.keychain import cmd_keychain
+
+        return cmd_keychain(config, args.action)
     if args.command == "export":
         from squirrel_mcp.cli import backup
 

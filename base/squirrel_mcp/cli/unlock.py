@@ -1,13 +1,16 @@
 """Opening the configured vault or sync account: the passphrase, the storage, the unlock.
 
 Every command and the server unlock through `open_store`. The passphrase comes
-from SQUIRREL_PASSPHRASE or is asked on the terminal without echo. Errors a user
+from SQUIRREL_PASSPHRASE, else from the OS keychain (`from_keychain`), else is
+asked on the terminal without echo; the sync server's API key from
+SQUIRREL_API_KEY, else from the keychain. Errors a user
 can cause (`USER_ERRORS`) become one line (`error_line`) that names what to
 change and never a secret or memory text.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import sys
 from collections.abc import Callable, Iterator
@@ -21,7 +24,9 @@ from squirrel_mcp.book.checkpoint import Place
 from squirrel_mcp.book.errors import LogDivergedError, NoAccountError
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.book.transfer import ImportFileError, field_locations
+from squirrel_mcp.core import keychain
 from squirrel_mcp.core.config import APP_NAME, Config, ConfigError, check_api_base_url
+from squirrel_mcp.core.keychain import KeychainError, NoKeychainError
 from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.keys.crypto import KEY_CHANGE_PURPOSE, KdfParams, WrongPassphraseError
 from squirrel_mcp.storage import NO_REMOTE_ACCOUNT, Account, Storage, StorageError
@@ -37,12 +42,26 @@ class UserError(Exception):
     """Something the user can fix; the message says what."""
 
 
+class StaleKeychainError(WrongPassphraseError):
+    """The passphrase kept in the keychain does not unlock the account (changed since it was kept)."""
+
+
+def stale_entry(config: Config) -> str:
+    """The line for a keychain entry whose passphrase no longer unlocks the account."""
+    return (
+        f"the passphrase in the keychain entry {passphrase_entry(config)} does not unlock "
+        f"{location(config)} (it was changed since, perhaps on another machine): run `squirrel-mcp keychain "
+        "store` with the current passphrase, or set SQUIRREL_PASSPHRASE in the server's env"
+    )
+
+
 # Errors a user can cause and fix: one line on stderr, no traceback (their messages hold no secret).
 USER_ERRORS = (
     UserError,
     ConfigError,
     StorageError,
     WrongPassphraseError,
+    KeychainError,
     NoAccountError,
     ImportFileError,
     LogDivergedError,
@@ -57,7 +76,9 @@ def get_passphrase(config: Config, *, confirm: bool, prompt: str = "Passphrase: 
     if config.passphrase:
         return config.passphrase
     if not sys.stdin.isatty():
-        raise UserError("SQUIRREL_PASSPHRASE is not set (and there is no terminal to ask on)")
+        raise UserError(
+            f"SQUIRREL_PASSPHRASE is not set (and there is no terminal to ask on){_keychain_said(config)}"
+        )
     if confirm:
         return ask_new_passphrase(prompt, "nothing was created")
     return getpass.getpass(prompt)
@@ -126,6 +147,58 @@ def checkpoints(config: Config, *, read_only: bool = False) -> Place:
     return Place(config.cache_dir / APP_NAME, location, read_only=read_only)
 
 
+def passphrase_entry(config: Config) -> keychain.Entry:
+    """The keychain entry of the configured account's passphrase: its vault's full path, or its server."""
+    if config.api_base_url is not None:
+        return keychain.passphrase_entry(check_api_base_url(config.api_base_url))
+    return keychain.passphrase_entry(f"the vault at {config.vault_path.resolve()}")
+
+
+def from_keychain(config: Config) -> Config:
+    """`config` with the secrets the environment does not set read from the OS keychain.
+
+    SQUIRREL_PASSPHRASE and SQUIRREL_API_KEY win: with both set (or the key not needed)
+    the keychain is not asked, and keyring is not even imported. A keychain that cannot be
+    read leaves the secret unset, with the reason in `keychain_problem`.
+    """
+    wanted_key = config.api_base_url is not None and config.api_key is None
+    if config.passphrase and not wanted_key:
+        return config
+    api_key, passphrase = config.api_key, config.passphrase
+    said: set[str] = set()
+    try:
+        if wanted_key and config.api_base_url is not None:
+            api_key = keychain.read(keychain.api_key_entry(check_api_base_url(config.api_base_url)))
+            said |= {"API key"} if api_key else set()
+        if not passphrase:
+            passphrase = keychain.read(passphrase_entry(config))
+            said |= {"passphrase"} if passphrase else set()
+    except KeychainError as error:
+        problem: KeychainError | None = error
+    else:
+        problem = None
+    return dataclasses.replace(
+        config,
+        api_key=api_key or None,
+        passphrase=passphrase or None,
+        from_keychain=frozenset(said),
+        keychain_problem=problem,
+    )
+
+
+def _keychain_said(config: Config) -> str:
+    """What the keychain said of a passphrase the environment does not set, for the line saying so."""
+    problem = config.keychain_problem
+    if problem is None:
+        return (
+            f"; nor is it in the keychain (entry {passphrase_entry(config)}: "
+            "`squirrel-mcp keychain store` keeps it there)"
+        )
+    if isinstance(problem, NoKeychainError):
+        return "; no keychain is usable on this machine to keep it in"
+    return f"; the keychain entry {passphrase_entry(config)} could not be read: {problem}"
+
+
 def missing_passphrase(config: Config, *, existed: bool) -> str:
     """What is wrong when the server starts without SQUIRREL_PASSPHRASE: a vault to open, or none yet.
 
@@ -136,12 +209,13 @@ def missing_passphrase(config: Config, *, existed: bool) -> str:
         return (
             f"SQUIRREL_PASSPHRASE is not set: the account on {location(config)} opens only with its "
             "passphrase; set SQUIRREL_PASSPHRASE in the server's env (the MCP client's config), or, for "
-            "a new account, run `squirrel-mcp init` first"
+            f"a new account, run `squirrel-mcp init` first{_keychain_said(config)}"
         )
     if existed:
         return (
             f"SQUIRREL_PASSPHRASE is not set: the vault at {config.vault_path} exists and opens only "
-            "with its passphrase; set SQUIRREL_PASSPHRASE to it in the server's env (the MCP client's config)"
+            "with its passphrase; set SQUIRREL_PASSPHRASE to it in the server's env (the MCP client's "
+            f"config){_keychain_said(config)}"
         )
     return (
         f"SQUIRREL_PASSPHRASE is not set and there is no vault at {config.vault_path} yet: run "
@@ -163,7 +237,9 @@ def open_store(
     `read_only` (a process that only looks, as the diagnostic): the log is checked
     against this machine's checkpoint, which is never moved; nothing is written to
     the cache directory (no snapshot, no key fingerprint).
+    The secrets the environment does not set are read from the keychain first.
     """
+    config = from_keychain(config)
     config.check()
     existed = config.remote or config.vault_path.exists()
     if not config.passphrase and create:
@@ -213,10 +289,16 @@ def open_store(
 
 @contextmanager
 def explaining(config: Config, storage: Storage) -> Iterator[None]:
-    """A wrong passphrase's error, or a PassphraseChangedError when this machine can tell it was changed."""
+    """A wrong passphrase's error, or a PassphraseChangedError when this machine can tell it was changed.
+
+    A passphrase read from the keychain that does not unlock is a stale entry: the
+    line names the entry and how to renew it.
+    """
     try:
         yield
     except WrongPassphraseError:
+        if "passphrase" in config.from_keychain:
+            raise StaleKeychainError(stale_entry(config)) from None
         changed = rekey.explain(
             config.cache_dir / APP_NAME, storage.load_account(), location(config), remote=config.remote
         )

@@ -10,6 +10,8 @@ from urllib.parse import urlsplit
 
 import platformdirs
 
+from squirrel_mcp.core.keychain import KeychainError
+
 APP_NAME = "squirrel-mcp"
 # The cache directory's override; the embeddings plugin keeps its vector file there too.
 CACHE_DIR_VARIABLE = "SQUIRREL_MEMORY_CACHE_DIR"
@@ -41,6 +43,10 @@ class Config:
     cache_dir: Path = field(default_factory=default_cache_dir)
     # `squirrel-mcp passphrase` only: the new passphrase, instead of asking for it.
     new_passphrase: str | None = None
+    # Set by cli.unlock.from_keychain: the secrets read from the OS keychain ("passphrase",
+    # "API key"), and why it could not be read when it could not (None: read, or not needed).
+    from_keychain: frozenset[str] = frozenset()
+    keychain_problem: KeychainError | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Config:
@@ -74,8 +80,9 @@ class Config:
         check_api_base_url(self.api_base_url)
         if self.api_key is None:
             raise ConfigError(
-                "SQUIRREL_API_BASE_URL is set but SQUIRREL_API_KEY is not: set the API key "
-                "your sync server issued"
+                "SQUIRREL_API_BASE_URL is set but SQUIRREL_API_KEY is not, nor is it in the keychain: set "
+                "the API key your sync server issued (or keep it in the keychain: `squirrel-mcp keychain "
+                "store`)"
             )
 
 
