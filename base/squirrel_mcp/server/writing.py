@@ -9,13 +9,12 @@ in a note.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from squirrel_mcp.book.errors import Unchanged
-from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.core.models import Category, Entity, Keywords, MemoryText, Reason, Revision, Tags
 from squirrel_mcp.search import bm25
 from squirrel_mcp.search.ranking import Candidate
@@ -28,6 +27,9 @@ from squirrel_mcp.server.tools import (
     absent_means_unset,
     as_tool_error,
 )
+
+if TYPE_CHECKING:
+    from squirrel_mcp.book.memories import MemoryStore
 
 
 def save_with_duplicates(
