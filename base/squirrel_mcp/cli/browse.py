@@ -136,10 +136,12 @@ def run(config: Config, pm: pluggy.PluginManager, args: argparse.Namespace, stor
         host.start(config, store)
         host.wait_started(PLUGIN_START_TIMEOUT)
     try:
+        if name == "search_memory":
+            # The first call validated the arguments; this one is asked once no ranker is still
+            # preparing (a search asked before could be answered during a warm-up that ends
+            # before the next look, and would print what the warm-up had not reached yet).
+            wait_until_prepared(store, host, str(arguments["query"]))
         output = call_tool(store, host, name, arguments)
-        # The first call validated the arguments; if a ranker was still preparing, ask again once it is not.
-        if name == "search_memory" and waited_until_prepared(store, host, str(arguments["query"])):
-            output = call_tool(store, host, name, arguments)
     finally:
         host.shutdown()
     if args.json:
@@ -155,8 +157,8 @@ def unless_ready(line: str) -> None:
         notice_line(line)
 
 
-def waited_until_prepared(store: MemoryStore, host: PluginHost, query: str) -> bool:
-    """Return once no ranker reports that it is still preparing (drawing its progress); True if it waited.
+def wait_until_prepared(store: MemoryStore, host: PluginHost, query: str) -> None:
+    """Return once no ranker reports that it is still preparing (drawing its progress).
 
     The server answers during the embeddings plugin's warm-up, with a note saying how far
     it is; a one-off command has no next search, so it waits for the warm-up to finish
@@ -165,7 +167,6 @@ def waited_until_prepared(store: MemoryStore, host: PluginHost, query: str) -> b
     # Imported here: the other commands do not pay for importing the server.
     from squirrel_mcp.server.searching import run_search
 
-    waited = False
     reported: list[Progress] = []
     with ProgressBar("preparing search by meaning", "memories") as bar:
         while True:
@@ -179,8 +180,7 @@ def waited_until_prepared(store: MemoryStore, host: PluginHost, query: str) -> b
                 progress=lambda progress, _note: reported.append(progress),
             )
             if not reported:
-                return waited
-            waited = True
+                return
             bar(reported[-1].done, reported[-1].total)
             time.sleep(READY_POLL)
 
