@@ -130,6 +130,57 @@ def test_age_fades_only_the_meaning_part(lexical_score: float, cosine: float, ol
     assert aged >= (EVERY_WORD if fusion.every_word(lexical_score) else 0) + 0.3 * lexical_score / 2 - 1e-12
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 0.25, 1 / 3, 0.5, 1.0 - 1e-9, 1.0 - 2e-9, 1.0]),
+            st.one_of(
+                st.none(),
+                cosines,
+                st.sampled_from([FLOOR, FLOOR + SPAN, np.nextafter(FLOOR, 1), np.nextafter(FLOOR + SPAN, 0)]),
+            ),
+            st.floats(0.0, 1.0),
+        ),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_the_array_scores_are_the_scalar_formula_bit_for_bit(members: list[tuple]) -> None:
+    lexical = np.array([m[0] for m in members])
+    cos = np.array([np.nan if m[1] is None else m[1] for m in members])
+    dec = np.array([m[2] for m in members])
+    scores = fusion.fused_scores(lexical, cos, dec, FLOOR, SPAN)
+    assert scores.tolist() == [fused_score(m[0], m[1], m[2], FLOOR, SPAN) for m in members]
+
+
+@settings(max_examples=300, deadline=None)
+@given(pools(), st.integers(1, 30))
+def test_the_first_hits_are_those_of_a_full_sort(pool: tuple, limit: int) -> None:
+    """Sorting only the members scoring at least the limit-th best gives the hits a full sort gives.
+
+    The full sort is by score, then cosine, then the lexical order, then the id.
+    """
+    lexical, cos, dec = pool
+    order = sorted(lexical, reverse=True)
+    hits, count = fuse(lexical, cos, dec, floor=FLOOR, span=SPAN, limit=limit, order=order)
+    members = set(lexical) | {memory_id for memory_id, cosine in cos.items() if cosine >= FLOOR}
+    assert count == len(members)
+    scored = [
+        (fused_score(lexical.get(i, 0.0), cos.get(i), dec.get(i, 1.0), FLOOR, SPAN), cos.get(i), i)
+        for i in members
+    ]
+
+    def key(entry: tuple[float, float | None, str]) -> tuple[float, float, int, str]:
+        score, cosine, memory_id = entry
+        words = order.index(memory_id) if memory_id in order else len(order)
+        return -score, -(cosine if cosine is not None else -2.0), words, memory_id
+
+    scored.sort(key=key)
+    expected = [(memory_id, score, cosine) for score, cosine, memory_id in scored[:limit]]
+    assert [(hit.memory_id, hit.score, hit.semantic_score) for hit in hits] == expected
+
+
 def test_the_semantic_part_is_linear_from_floor_to_floor_plus_span() -> None:
     assert fusion.semantic_part(None, FLOOR, SPAN) == 0
     assert fusion.semantic_part(FLOOR, FLOOR, SPAN) == 0

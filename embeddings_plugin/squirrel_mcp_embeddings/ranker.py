@@ -1,7 +1,7 @@
 """The ranker: words and meaning fused over the vectors embedded so far, near misses, the warm-up's note.
 
 `Hybrid` is a warmup.WarmUp that also ranks. Each search embeds the query and answers
-at once with `fusion.fuse` over the lexical candidates and the memories found by
+at once with `fusion.ranked` over the lexical candidates and the memories found by
 meaning (a cosine at or above the model's floor, live, passing the filters), then up
 to MAX_NEAR_MISSES near misses below the floor when asked. While memories are still
 waiting for their vectors, their word matches go to the front of the warm-up's queue
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import datetime
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from squirrel_mcp.plugin_api import (
     RankedHit,
     Ranking,
     RankOptions,
+    Revision,
     age_days,
     decay,
     rank_by_words,
@@ -123,63 +125,88 @@ class Hybrid(WarmUp):
     def _fused(
         self, query_vector: vectors.Matrix, candidates: Sequence[Candidate], total: int, options: RankOptions
     ) -> Ranking:
+        """The fused order over arrays: one number per member, no object per member but the first few."""
         ids = self.table.ids
         cosines = self._cosines(query_vector)
-        lexical = {candidate.memory.id: candidate.lexical_score for candidate in candidates}
-        found: dict[str, float] = {}
-        for candidate in candidates:
-            at = self.table.row(candidate.memory.id)
-            if at is not None and self.table.revisions[at] == candidate.memory.revision:
-                found[candidate.memory.id] = float(cosines[at])
-        memories = {candidate.memory.id: candidate.memory for candidate in candidates}
+        members = [candidate.memory for candidate in candidates]
+        lexical = set()
+        word_cosines = np.full(len(members), np.nan)
+        rows, revisions = self.table.row, self.table.revisions
+        for n, memory in enumerate(members):
+            lexical.add(memory.id)
+            at = rows(memory.id)
+            if at is not None and revisions[at] == memory.revision:
+                word_cosines[n] = cosines[at]
 
-        def admissible(n: int) -> bool:
-            """A memory found by meaning only may be returned: live, current vector, passes the filters."""
+        def admissible(n: int) -> Revision | None:
+            """A memory found by meaning only that may be returned: live, current vector, filters passed."""
             memory_id = ids[n]
             if memory_id in lexical:
-                return False
+                return None
             # Through the reader, as the server checks: a memory gone since must not be named.
             memory = self._memories.get(memory_id)
             if memory is None or memory.revision != self.table.revisions[n]:
-                return False
+                return None
             if options.filtered and not options.accepts(memory):
-                return False
-            memories[memory_id] = memory
-            return True
+                return None
+            return memory
 
-        for n in np.flatnonzero(cosines >= self.floor):
-            if admissible(int(n)):
-                found[ids[n]] = float(cosines[n])
-        if options.near_misses:
-            wanted = 0
-            below = np.flatnonzero(cosines < self.floor)
-            for n in below[np.argsort(-cosines[below], kind="stable")]:
-                if wanted == MAX_NEAR_MISSES:
-                    break
-                if admissible(int(n)):
-                    found[ids[n]] = float(cosines[n])
-                    wanted += 1
-        # Ages in whole days: memories changed the same day are equally recent, so their cosine
-        # (the tie-break) orders them, not a recency weight that differs in the sixth decimal.
-        decays = {
-            memory_id: decay(memory.category, math.floor(age_days(memory, options.now)))
-            for memory_id, memory in memories.items()
-        }
-        hits, members = fusion.fuse(
-            lexical,
-            found,
-            decays,
+        by_meaning = []
+        for n in np.flatnonzero(cosines >= self.floor).tolist():
+            found = admissible(n)
+            if found is not None:
+                members.append(found)
+                by_meaning.append(n)
+        hits = fusion.ranked(
+            [memory.id for memory in members],
+            np.array([candidate.lexical_score for candidate in candidates] + [0.0] * len(by_meaning)),
+            np.concatenate([word_cosines, cosines[by_meaning].astype(np.float64)]),
+            self._decays(members, options.now),
+            np.concatenate([np.arange(len(candidates)), np.full(len(by_meaning), len(candidates))]).astype(
+                np.int64
+            ),
             floor=self.floor,
             span=self.span,
             limit=options.limit,
-            near_misses=MAX_NEAR_MISSES if options.near_misses else 0,
-            order=[candidate.memory.id for candidate in candidates],
         )
+        if options.near_misses:
+            hits += self._near_misses(cosines, admissible)
         return Ranking(
             hits=[
                 RankedHit(hit.memory_id, hit.score, hit.lexical_score, hit.semantic_score, hit.near_miss)
                 for hit in hits
             ],
-            total=total + members - len(lexical),
+            total=total + len(by_meaning),
             ranking="hybrid",
         )
+
+    def _near_misses(
+        self, cosines: vectors.Matrix, admissible: Callable[[int], Revision | None]
+    ) -> list[fusion.Scored]:
+        """Up to MAX_NEAR_MISSES of the closest memories below the floor that may be returned."""
+        found: dict[str, float] = {}
+        below = np.flatnonzero(cosines < self.floor)
+        for n in below[np.argsort(-cosines[below], kind="stable")].tolist():
+            if len(found) == MAX_NEAR_MISSES:
+                break
+            if admissible(n) is not None:
+                found[self.table.ids[n]] = float(cosines[n])
+        return fusion.near_misses_of(found, set(), MAX_NEAR_MISSES)
+
+    def _decays(self, members: Sequence[Revision], now: datetime) -> fusion.Numbers:
+        """Each member's recency weight, its age counted in whole days.
+
+        Whole days: memories changed the same day are equally recent, so their cosine (the
+        tie-break) orders them, not a recency weight that differs in the sixth decimal. Each
+        memory's change time is parsed once per revision, and each (category, days) weighed once.
+        """
+        weights: dict[tuple[str, int], float] = {}
+        values = []
+        for memory in members:
+            days = math.floor(age_days(memory, now))
+            key = (memory.category, days)
+            weight = weights.get(key)
+            if weight is None:
+                weight = weights[key] = decay(memory.category, days)
+            values.append(weight)
+        return np.array(values, dtype=np.float64)

@@ -156,6 +156,11 @@ class WarmUp:
     def _learn(self, memory: Revision) -> None:
         """Record a memory's latest revision; its vector goes when the revision moved. Under the lock."""
         known = self.live.get(memory.id)
+        if known is memory:
+            # Learnt already (every search hands the same objects): nothing would change.
+            held = self.table.revision(memory.id)
+            if held == memory.revision or (held is None and memory.id in self.pending):
+                return
         if known is not None and known.revision > memory.revision:
             return
         if memory.deleted:
