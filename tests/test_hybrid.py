@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +179,43 @@ def test_the_first_hits_are_those_of_a_full_sort(pool: tuple, limit: int) -> Non
     scored.sort(key=key)
     expected = [(memory_id, score, cosine) for score, cosine, memory_id in scored[:limit]]
     assert [(hit.memory_id, hit.score, hit.semantic_score) for hit in hits] == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.datetimes(datetime(2000, 1, 1), datetime(2030, 1, 1), timezones=st.just(UTC)),
+            st.sampled_from(["seconds", "milliseconds", "microseconds", "+02:00"]),
+        ),
+        min_size=1,
+        max_size=20,
+    ),
+    st.datetimes(datetime(2020, 1, 1), datetime(2030, 1, 1), timezones=st.just(UTC)),
+)
+def test_whole_days_are_those_of_age_days(stamps: list[tuple[datetime, str]], now: datetime) -> None:
+    """Read by numpy or, for a stamp in another zone, by age_days: the same integers."""
+    memories = []
+    for n, (when, form) in enumerate(stamps):
+        if form == "+02:00":
+            text = when.astimezone(timezone(timedelta(hours=2))).isoformat()
+        else:
+            text = when.isoformat(timespec=form).replace("+00:00", "Z")  # type: ignore[arg-type]
+        memories.append(
+            Revision.model_validate(
+                {
+                    "id": f"{n:016x}",
+                    "entity": "user",
+                    "text": "x",
+                    "category": "note",
+                    "createdAt": text,
+                    "updatedAt": text,
+                    "revision": 1,
+                    "change": "created",
+                }
+            )
+        )
+    assert ranker._whole_days(memories, now) == [math.floor(age_days(memory, now)) for memory in memories]
 
 
 def test_the_semantic_part_is_linear_from_floor_to_floor_plus_span() -> None:

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 import numpy as np
+import numpy.typing as npt
 
 from squirrel_mcp.plugin_api import (
     MAX_NEAR_MISSES,
@@ -102,17 +104,17 @@ class Hybrid(WarmUp):
         try:
             if self._closed:
                 return None
-            for candidate in candidates:
-                self._learn(candidate.memory)
-            waiting = [candidate.memory.id for candidate in candidates if candidate.memory.id in self.pending]
-            # Reversed, so the best word match ends up first in the queue.
-            self._queue.extendleft(reversed(waiting[:URGENT]))
+            rows = self._current_rows(candidates)
+            if self.pending:
+                waiting = [c.memory.id for c in candidates if c.memory.id in self.pending]
+                # Reversed, so the best word match ends up first in the queue.
+                self._queue.extendleft(reversed(waiting[:URGENT]))
             try:
                 query_vector = self._embedder.embed([query])[0]
             except Exception:
                 ranking = None
             else:
-                ranking = self._fused(query_vector, candidates, total, options)
+                ranking = self._fused(query_vector, candidates, rows, total, options)
                 if self.pending:
                     progress = Progress(len(self.live) - len(self.pending), len(self.live))
                     ranking = dataclasses.replace(ranking, note=self._note(progress), progress=progress)
@@ -122,21 +124,50 @@ class Hybrid(WarmUp):
             self._runtime_failed()
         return ranking
 
+    def _current_rows(self, candidates: Sequence[Candidate]) -> npt.NDArray[np.intp]:
+        """Learn each word match's revision (`_learn`); the row of its current vector, -1 for none.
+
+        Under the lock. A match learnt already, as most are, costs two look-ups; when one was
+        new or changed, its vector may have gone and moved another row, so the rows are read again.
+        """
+        live, pending, row_of, revisions = self.live, self.pending, self.table.row, self.table.revisions
+        rows = []
+        learnt = False
+        for candidate in candidates:
+            memory = candidate.memory
+            at = row_of(memory.id)
+            held = None if at is None else revisions[at]
+            known = live.get(memory.id) is memory
+            if not known or not (held == memory.revision or (held is None and memory.id in pending)):
+                self._learn(memory)
+                learnt = True
+            rows.append(-1 if at is None or held != memory.revision else at)
+        if learnt:
+            rows = []
+            for candidate in candidates:
+                at = row_of(candidate.memory.id)
+                rows.append(-1 if at is None or revisions[at] != candidate.memory.revision else at)
+        return np.array(rows, dtype=np.intp)
+
     def _fused(
-        self, query_vector: vectors.Matrix, candidates: Sequence[Candidate], total: int, options: RankOptions
+        self,
+        query_vector: vectors.Matrix,
+        candidates: Sequence[Candidate],
+        rows: npt.NDArray[np.intp],
+        total: int,
+        options: RankOptions,
     ) -> Ranking:
-        """The fused order over arrays: one number per member, no object per member but the first few."""
+        """The fused order over arrays: one number per member, no object per member but the first few.
+
+        `rows`: each word match's row in the vector table, -1 when it has no current vector.
+        """
         ids = self.table.ids
         cosines = self._cosines(query_vector)
         members = [candidate.memory for candidate in candidates]
-        lexical = set()
+        lexical = {memory.id for memory in members}
         word_cosines = np.full(len(members), np.nan)
-        rows, revisions = self.table.row, self.table.revisions
-        for n, memory in enumerate(members):
-            lexical.add(memory.id)
-            at = rows(memory.id)
-            if at is not None and revisions[at] == memory.revision:
-                word_cosines[n] = cosines[at]
+        held = rows >= 0
+        word_cosines[held] = cosines[rows[held]]
 
         def admissible(n: int) -> Revision | None:
             """A memory found by meaning only that may be returned: live, current vector, filters passed."""
@@ -197,16 +228,39 @@ class Hybrid(WarmUp):
         """Each member's recency weight, its age counted in whole days.
 
         Whole days: memories changed the same day are equally recent, so their cosine (the
-        tie-break) orders them, not a recency weight that differs in the sixth decimal. Each
-        memory's change time is parsed once per revision, and each (category, days) weighed once.
+        tie-break) orders them, not a recency weight that differs in the sixth decimal.
+        Each (category, days) is weighed once.
         """
         weights: dict[tuple[str, int], float] = {}
         values = []
-        for memory in members:
-            days = math.floor(age_days(memory, now))
+        for memory, days in zip(members, _whole_days(members, now), strict=True):
             key = (memory.category, days)
             weight = weights.get(key)
             if weight is None:
                 weight = weights[key] = decay(memory.category, days)
             values.append(weight)
         return np.array(values, dtype=np.float64)
+
+
+# The length of a day in age_days' arithmetic (base/squirrel_mcp/search/index.py).
+SECONDS_PER_DAY = 86_400.0
+# A change time as the server writes it (UTC, "Z", to the second, millisecond or microsecond).
+_UTC_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?Z")
+
+
+def _whole_days(members: Sequence[Revision], now: datetime) -> list[int]:
+    """math.floor(age_days(memory, now)) of each member, the same integers.
+
+    Stamps in the server's own form are read by numpy all at once, each step the float
+    arithmetic age_days does (microseconds / 10**6 / SECONDS_PER_DAY, never below 0);
+    any other form (another zone, a basic format) is read by age_days itself.
+    """
+    stamps = [memory.updatedAt for memory in members]
+    if not all(map(_UTC_STAMP.fullmatch, stamps)):
+        return [math.floor(age_days(memory, now)) for memory in members]
+    changed = np.array([stamp[:-1] for stamp in stamps], dtype="datetime64[us]")
+    moment = np.datetime64(now.astimezone(UTC).replace(tzinfo=None), "us")
+    microseconds = (moment - changed).astype(np.int64)
+    days = np.maximum(0.0, microseconds.astype(np.float64) / 1e6 / SECONDS_PER_DAY)
+    whole: list[int] = np.floor(days).astype(np.int64).tolist()
+    return whole
