@@ -164,7 +164,8 @@ class Hybrid(WarmUp):
         ids = self.table.ids
         cosines = self._cosines(query_vector)
         members = [candidate.memory for candidate in candidates]
-        lexical = {memory.id for memory in members}
+        member_ids = [memory.id for memory in members]
+        lexical = set(member_ids)
         word_cosines = np.full(len(members), np.nan)
         held = rows >= 0
         word_cosines[held] = cosines[rows[held]]
@@ -187,9 +188,10 @@ class Hybrid(WarmUp):
             found = admissible(n)
             if found is not None:
                 members.append(found)
+                member_ids.append(found.id)
                 by_meaning.append(n)
         hits = fusion.ranked(
-            [memory.id for memory in members],
+            member_ids,
             np.array([candidate.lexical_score for candidate in candidates] + [0.0] * len(by_meaning)),
             np.concatenate([word_cosines, cosines[by_meaning].astype(np.float64)]),
             self._decays(members, options.now),
