@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import pty
-import select
-import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +11,7 @@ from mcp import Client
 
 from squirrel_mcp import __version__
 from tests.conftest import PASSPHRASE, call, run_cli, server_params
+from tests.terminal import converse
 
 
 def test_version() -> None:
@@ -69,33 +65,17 @@ def test_the_printed_command_is_the_script_that_ran_or_the_uvx_form(tmp_path: Pa
 
 
 def _converse(argv: list[str], env: dict[str, str], answers: list[str]) -> tuple[int, str]:
-    """Run argv on a pseudo-terminal, typing each answer at the next prompt."""
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: becomes the command, its terminal is the pty
-        os.execve(sys.executable, [sys.executable, *argv], {"PATH": os.environ["PATH"], **env})
-    output = b""
+    """Run argv on a pseudo-terminal, typing each answer at the next passphrase prompt."""
     pending = list(answers)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.5)
-        if not ready:
-            continue
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        output += chunk
+
+    def answer(output: bytes) -> str | None:
         # Answer each prompt once it is shown: getpass flushes what was typed before it.
         prompts = output.count(b"Passphrase")
         if pending and output.endswith(b": ") and prompts > len(answers) - len(pending):
-            os.write(fd, pending.pop(0).encode() + b"\n")
-    else:
-        os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    return os.waitstatus_to_exitcode(status), output.decode(errors="replace")
+            return pending.pop(0)
+        return None
+
+    return converse(argv, env, answer)
 
 
 def test_init_asks_twice_without_echo(vault_env: dict[str, str]) -> None:

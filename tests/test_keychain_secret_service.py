@@ -20,12 +20,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pty
 import select
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +36,7 @@ from jeepney.io.blocking import open_dbus_connection
 from mcp import Client
 
 from squirrel_mcp.core.keychain import SERVICE, TIMEOUT
+from tests import terminal
 from tests.conftest import PASSPHRASE, call, call_error, run_cli, secrets_of_this_test, server_params
 from tests.sync.conftest import start_sync_server
 
@@ -302,32 +301,12 @@ def test_doctor_says_where_the_passphrase_came_from(secret_service: SecretServic
 
 def converse(env: dict[str, str], argv: list[str], script: list[tuple[bytes, str]]) -> tuple[int, str]:
     """Run `squirrel-mcp ARGV` on a pseudo-terminal, typing each answer once its prompt is shown."""
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: becomes the command, its terminal is the pty
-        os.execve(
-            sys.executable, [sys.executable, "-m", "squirrel_mcp", *argv], {"PATH": os.environ["PATH"], **env}
-        )
-    output = b""
     pending = list(script)
-    deadline = time.monotonic() + START_WITHIN
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.5)
-        if not ready:
-            continue
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        output += chunk
-        if pending and output.endswith(pending[0][0]):
-            os.write(fd, pending.pop(0)[1].encode() + b"\n")
-    else:
-        os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    return os.waitstatus_to_exitcode(status), output.decode(errors="replace")
+
+    def answer(output: bytes) -> str | None:
+        return pending.pop(0)[1] if pending and output.endswith(pending[0][0]) else None
+
+    return terminal.converse(["-m", "squirrel_mcp", *argv], env, answer, within=START_WITHIN)
 
 
 def test_init_on_a_terminal_offers_the_keychain(secret_service: SecretService, tmp_path: Path) -> None:
