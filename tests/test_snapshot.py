@@ -28,7 +28,7 @@ from squirrel_mcp.book.checkpoint import Place
 from squirrel_mcp.book.errors import LogDivergedError
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.book.snapshot import FORMAT, PURPOSE, STALE_RECORDS, _ad
-from squirrel_mcp.core.models import Revision
+from squirrel_mcp.core.models import EVERY_FIELD, Revision
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.search.bm25 import search
 from squirrel_mcp.storage import SealedRecord
@@ -383,6 +383,20 @@ def test_a_restored_revision_equals_the_validated_one(tmp_path: Path) -> None:
         assert revision.model_dump_json() == validated.model_dump_json()
         assert revision.model_fields_set == validated.model_fields_set
         assert Revision.model_validate_json(revision.model_dump_json()) == revision
+
+
+def test_revisions_share_one_fields_set_that_no_change_alters(tmp_path: Path) -> None:
+    vault, place = vault_of(tmp_path)
+    snapshotted(vault, place)
+    every = set(Revision.model_fields)
+    for store in (opened(vault, place)[0], opened(vault, None)[0]):  # from the snapshot, then from records
+        revisions = store.current(include_deleted=True)
+        assert all(revision.__pydantic_fields_set__ is EVERY_FIELD for revision in revisions)
+        first = revisions[0]
+        copy = first.model_copy(update={"text": "changed in a copy"})
+        first.text = first.text  # assigning a field adds its name to the set it holds
+        assert copy.__pydantic_fields_set__ is not EVERY_FIELD
+        assert every == EVERY_FIELD and first.model_fields_set == every
 
 
 def _export(path: Path, count: int, seed: int, start: int) -> Path:

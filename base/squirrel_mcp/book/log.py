@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from squirrel_mcp.book.checkpoint import LogWatch, Place, Repeat
 from squirrel_mcp.book.errors import LogDivergedError
 from squirrel_mcp.book.snapshot import Snapshots
-from squirrel_mcp.core.models import MAX_REVISION, Revision
+from squirrel_mcp.core.models import MAX_REVISION, Revision, sharing_fields_set
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage import SealedRecord, Storage
 
@@ -66,7 +66,7 @@ class Log:
         ad = crypto.record_ad(self.account_id, record.memory_id, record.revision)
         try:
             plaintext = crypto.open_sealed(self._key, record.ciphertext, ad)
-            revision = Revision.model_validate_json(plaintext)
+            revision = sharing_fields_set(Revision.model_validate_json(plaintext))
         except (crypto.DecryptionError, ValidationError):
             return None
         # The associated data already binds these; a mismatch means a bug, not an attack.

@@ -55,7 +55,7 @@ from squirrel_mcp.book.checkpoint import LINK_BYTES, LogChain, Place
 from squirrel_mcp.core import models
 from squirrel_mcp.core.files import atomic_write
 from squirrel_mcp.core.lines import log_line
-from squirrel_mcp.core.models import Revision
+from squirrel_mcp.core.models import EVERY_FIELD, Revision
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.search import index
 from squirrel_mcp.search.index import IndexImage
@@ -196,11 +196,11 @@ def _histories(document: list[tuple[str, list[list[object]], list[int]]]) -> lis
     in Python for each revision, which took three times as long at 100,000 memories;
     this sets what it sets (every field given, so all of them are "set"; no extra
     fields, no private attributes) directly. tests/test_snapshot.py checks that the
-    result equals the validated revision, fields set included.
+    result equals the validated revision, fields set included. Every revision holds the
+    one EVERY_FIELD set, as `sharing_fields_set` makes a validated one hold it.
     """
     new = object.__new__
     assign = object.__setattr__
-    every_field = set(FIELDS)
     histories = []
     for memory_id, rows, unreadable in document:
         revisions = []
@@ -209,7 +209,7 @@ def _histories(document: list[tuple[str, list[list[object]], list[int]]]) -> lis
                 raise ValueError("a revision of the snapshot has the wrong number of fields")
             revision = new(Revision)
             assign(revision, "__dict__", dict(zip(FIELDS, values, strict=True)))
-            assign(revision, "__pydantic_fields_set__", every_field.copy())
+            assign(revision, "__pydantic_fields_set__", EVERY_FIELD)
             assign(revision, "__pydantic_extra__", None)
             assign(revision, "__pydantic_private__", None)
             revisions.append(revision)

@@ -25,9 +25,11 @@ from squirrel_mcp.storage import SealedRecord
 
 # A refresh tells its `progress` how far it has got every this many records.
 PROGRESS_STEP = 1000
+# The unreadable revisions of a memory whose revisions all could be read.
+NONE_UNREADABLE: frozenset[int] = frozenset()
 
 
-@dataclass
+@dataclass(slots=True)
 class History:
     """All readable revisions of one memory, by number, and which ones were not.
 
@@ -40,7 +42,8 @@ class History:
     """
 
     revisions: dict[int, Revision] = field(default_factory=dict)
-    unreadable: set[int] = field(default_factory=set)
+    # Replaced, never changed in place: the memories with none (nearly all) share one empty set.
+    unreadable: frozenset[int] = NONE_UNREADABLE
 
     def latest_number(self) -> int:
         """The highest revision number stored (to MAX_REVISION), readable or not: the next is one above."""
@@ -119,7 +122,7 @@ class View:
                 continue
             revision = open_record(record)
             if revision is None:
-                history.unreadable.add(record.revision)
+                history.unreadable = history.unreadable | {record.revision}
             else:
                 history.revisions[record.revision] = revision
         changed = []
@@ -164,7 +167,7 @@ class View:
                 if not latest.deleted:
                     live[memory_id] = latest
             if unreadable:
-                history.unreadable.update(unreadable)
+                history.unreadable = frozenset(unreadable)
             histories[memory_id] = history
         try:
             index = SearchIndex.from_image(state.index, live)

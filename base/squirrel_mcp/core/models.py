@@ -159,3 +159,18 @@ class Revision(Memory):
     def memory(self) -> Memory:
         """The public view of this revision."""
         return Memory.model_validate(self.model_dump(include=set(Memory.model_fields)))
+
+
+# The set of names pydantic keeps on each model for the fields given to it: 728 bytes a
+# revision, 73 MB at 100,000 memories. A revision read from a record or a snapshot has
+# every field given, so it can hold this one set. Pydantic only ever adds to a model's
+# set (when a field is assigned), and adding a field's name to a set that already holds
+# every field's name leaves it as it was; model_copy copies the set before it updates it.
+EVERY_FIELD: set[str] = set(Revision.model_fields)
+
+
+def sharing_fields_set(revision: Revision) -> Revision:
+    """`revision`, holding the shared EVERY_FIELD when every field was given to it."""
+    if revision.__pydantic_fields_set__ == EVERY_FIELD:
+        object.__setattr__(revision, "__pydantic_fields_set__", EVERY_FIELD)
+    return revision
