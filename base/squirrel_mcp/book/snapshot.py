@@ -68,6 +68,8 @@ FORMAT = 1
 STALE_RECORDS = 1000
 # A revision is stored as the list of its fields' values, in this order.
 FIELDS = tuple(Revision.model_fields)
+_ENTITY, _CATEGORY, _CHANGE = FIELDS.index("entity"), FIELDS.index("category"), FIELDS.index("change")
+_CREATED, _UPDATED = FIELDS.index("createdAt"), FIELDS.index("updatedAt")
 _values = operator.attrgetter(*FIELDS)
 # The plaintext starts with the header's length, then the header (JSON), then the sections.
 _LENGTH = struct.Struct(">I")
@@ -201,12 +203,20 @@ def _histories(document: list[tuple[str, list[list[object]], list[int]]]) -> lis
     """
     new = object.__new__
     assign = object.__setattr__
+    # JSON gives each value its own string; the values many revisions repeat are held once.
+    held: dict[object, object] = {}
     histories = []
     for memory_id, rows, unreadable in document:
         revisions = []
         for values in rows:
             if len(values) != len(FIELDS):
                 raise ValueError("a revision of the snapshot has the wrong number of fields")
+            entity, category, change = values[_ENTITY], values[_CATEGORY], values[_CHANGE]
+            values[_ENTITY] = held.setdefault(entity, entity)
+            values[_CATEGORY] = held.setdefault(category, category)
+            values[_CHANGE] = held.setdefault(change, change)
+            if values[_UPDATED] == values[_CREATED]:
+                values[_UPDATED] = values[_CREATED]
             revision = new(Revision)
             assign(revision, "__dict__", dict(zip(FIELDS, values, strict=True)))
             assign(revision, "__pydantic_fields_set__", EVERY_FIELD)
