@@ -14,6 +14,7 @@ import json
 import shutil
 import sqlite3
 import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,10 @@ from mcp import Client
 
 from squirrel_mcp.book.checkpoint import ACCEPT_COMMAND, LogChain, LogWatch, Place, next_link, read_checkpoint
 from squirrel_mcp.book.errors import LogDivergedError
+from squirrel_mcp.book.log import FirstPull
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.keys import crypto
+from squirrel_mcp.keys.crypto import WrongPassphraseError
 from squirrel_mcp.storage import SealedRecord
 from squirrel_mcp.storage.local import LocalVault
 from tests.conftest import PASSPHRASE, call, call_error, run_cli, secrets_of_this_test, server_params
@@ -178,6 +181,59 @@ def test_the_store_refuses_writes_on_a_rolled_back_vault_until_accepted(tmp_path
     # Another machine's cache (no checkpoint yet) trusts the log it first sees.
     elsewhere = Place(tmp_path / "other-cache", str(vault))
     assert MemoryStore.unlock(LocalVault(vault, create=False), "pass phrase", elsewhere).log_problem is None
+
+
+class _HeldVault(LocalVault):
+    """A vault whose `changes_since` waits for `release`, and can be made to fail."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, create=False)
+        self.reading = threading.Event()
+        self.release = threading.Event()
+        self.failure: Exception | None = None
+
+    def changes_since(self, cursor: int) -> tuple[list[SealedRecord], int]:
+        self.reading.set()
+        assert self.release.wait(60)
+        if self.failure is not None:
+            raise self.failure
+        return super().changes_since(cursor)
+
+
+def test_the_first_pull_reads_the_checkpoint_before_the_records(tmp_path: Path) -> None:
+    vault = tmp_path / "vault.sqlite3"
+    place = Place(tmp_path / "cache", str(vault))
+    store = MemoryStore.create(LocalVault(vault, create=True), "pass phrase", CHEAP, place)
+    store.save(entity="user", text="first", category="note", tags=[], keywords=[])
+    account = store.account_id
+    held = _HeldVault(vault)
+    first = FirstPull(held, account, place)
+    assert held.reading.wait(60)
+    # While the records are being read, another process appends and moves the checkpoint on.
+    before = place.file(account).read_bytes()
+    store.save(entity="user", text="second", category="note", tags=[], keywords=[])
+    assert place.file(account).read_bytes() != before
+    held.release.set()
+    read, records, _ = first.result()
+    assert read.checkpoint == before
+    assert read.chain.count == len(records) == 2
+    reopened = MemoryStore.unlock(LocalVault(vault, create=False), "pass phrase", place)
+    assert reopened.log_problem is None and len(reopened.current()) == 2
+
+
+def test_the_first_pull_raises_the_storages_error_a_wrong_passphrase_is_still_wrong(tmp_path: Path) -> None:
+    vault = tmp_path / "vault.sqlite3"
+    place = Place(tmp_path / "cache", str(vault))
+    MemoryStore.create(LocalVault(vault, create=True), "pass phrase", CHEAP, place).save(
+        entity="user", text="first", category="note", tags=[], keywords=[]
+    )
+    held = _HeldVault(vault)
+    held.failure = OSError("the disk went away")
+    held.release.set()
+    with pytest.raises(OSError, match="the disk went away"):
+        MemoryStore.unlock(held, "pass phrase", place)
+    with pytest.raises(WrongPassphraseError):
+        MemoryStore.unlock(LocalVault(vault, create=False), "not the pass phrase", place)
 
 
 # Through the real server and command line ---------------------------------------------

@@ -159,12 +159,22 @@ def _ad(account_id: str) -> bytes:
 
 def read_checkpoint(path: Path, key: bytes, account_id: str) -> Checkpoint | None:
     """The checkpoint in `path`; None when there is none; CheckpointDamaged when it does not open."""
+    blob = sealed_checkpoint(path)
+    return None if blob is None else open_checkpoint(blob, key, account_id)
+
+
+def sealed_checkpoint(path: Path) -> bytes | None:
+    """The checkpoint file's bytes as sealed; None when there is none; CheckpointDamaged when unreadable."""
     try:
-        blob = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         return None
     except OSError as error:
         raise CheckpointDamaged(f"it cannot be read ({error.strerror})") from None
+
+
+def open_checkpoint(blob: bytes, key: bytes, account_id: str) -> Checkpoint:
+    """The checkpoint sealed in `blob`; CheckpointDamaged when it does not open."""
     try:
         data = json.loads(crypto.open_sealed(key, blob, _ad(account_id)))
         count, link = data["count"], bytes.fromhex(data["link"])
@@ -202,6 +212,18 @@ def _file_lock(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
+@dataclass(frozen=True)
+class FirstRead:
+    """What a store's first pull read before it had the key: the checkpoint as sealed, then the log.
+
+    `checkpoint`: the file's bytes (None: no file; CheckpointDamaged: unreadable);
+    `chain`: the records read after it, chained.
+    """
+
+    checkpoint: bytes | CheckpointDamaged | None
+    chain: LogChain
+
+
 class LogWatch:
     """One store's watch over its log: the chain it pulled, the checkpoint, and whether the two still agree.
 
@@ -210,11 +232,22 @@ class LogWatch:
     `opened` after the first (full) pull, and `write_refusal` before every write.
     """
 
-    def __init__(self, path: Path, key: bytes, account_id: str, *, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        key: bytes,
+        account_id: str,
+        *,
+        read_only: bool = False,
+        first: FirstRead | None = None,
+    ) -> None:
         """Read the checkpoint now, before the store's first pull (see `opened` for why).
 
         `read_only`: check the log against the checkpoint, never write it (`Place.read_only`).
+        `first`: the checkpoint's bytes were read already, before the first pull began
+        (squirrel_mcp.book.log.FirstPull); they are opened now, with the key.
         """
+        self._first = first
         self.path = path
         self.read_only = read_only
         self._key = key
@@ -235,19 +268,27 @@ class LogWatch:
         self._checked = 0
 
     @classmethod
-    def of(cls, place: Place, account_id: str, data_key: bytes) -> LogWatch:
+    def of(cls, place: Place, account_id: str, data_key: bytes, first: FirstRead | None = None) -> LogWatch:
         """The watch over `account_id`'s log at `place`, sealing with a key derived from `data_key`."""
         return cls(
             place.file(account_id),
             crypto.derive_key(data_key, PURPOSE),
             account_id,
             read_only=place.read_only,
+            first=first,
         )
 
     def _read(self) -> Checkpoint | None:
-        """The checkpoint on disk; a damaged one sets `problem` and reads as None."""
+        """The checkpoint on disk (the first time, as `first` read it); damaged, it sets `problem`: None."""
+        first, self._first = self._first, None
         try:
-            return read_checkpoint(self.path, self._key, self._account_id)
+            if first is None:
+                return read_checkpoint(self.path, self._key, self._account_id)
+            if isinstance(first.checkpoint, CheckpointDamaged):
+                raise first.checkpoint
+            if first.checkpoint is None:
+                return None
+            return open_checkpoint(first.checkpoint, self._key, self._account_id)
         except CheckpointDamaged as error:
             self._diverged(
                 f"this machine's checkpoint of the memory log ({self.path}) cannot be used: {error}, "
@@ -279,10 +320,16 @@ class LogWatch:
             )
         return False
 
-    def pulled(self, records: list[SealedRecord]) -> None:
-        """Chain the records of one pull (`checked` moves the checkpoint forward once they are applied)."""
+    def pulled(self, records: list[SealedRecord], chain: LogChain | None = None) -> None:
+        """Chain the records of one pull (`checked` moves the checkpoint forward once they are applied).
+
+        `chain`: for the first pull, its records chained already where they were read.
+        """
         with self._lock:
-            self.chain.extend(records)
+            if chain is not None and self.chain.count == 0 and chain.count == len(records):
+                self.chain = chain
+            else:
+                self.chain.extend(records)
 
     def checked(self, repeats: list[Repeat]) -> None:
         """The records pulled were applied; `repeats` held a (memory, revision) already in the log.

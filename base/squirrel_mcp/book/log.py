@@ -11,11 +11,20 @@ machine keeps its snapshots of the decrypted state (squirrel_mcp.book.snapshot).
 
 from __future__ import annotations
 
+import threading
 import time
 
 from pydantic import ValidationError
 
-from squirrel_mcp.book.checkpoint import LogWatch, Place, Repeat
+from squirrel_mcp.book.checkpoint import (
+    CheckpointDamaged,
+    FirstRead,
+    LogChain,
+    LogWatch,
+    Place,
+    Repeat,
+    sealed_checkpoint,
+)
 from squirrel_mcp.book.errors import LogDivergedError
 from squirrel_mcp.book.snapshot import Snapshots
 from squirrel_mcp.core.models import MAX_REVISION, Revision, sharing_fields_set
@@ -23,17 +32,79 @@ from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage import SealedRecord, Storage
 
 
+class FirstPull:
+    """A store's first pull, made in a thread of its own while the caller derives the data key.
+
+    Neither needs the key: this machine's checkpoint is read as sealed (it must be read
+    before the pull begins, see `LogWatch.opened`), then every record, then their hash
+    chain; the key derivation (scrypt, about half a second, in C without the
+    interpreter's lock) runs meanwhile. `Log.pull` then takes what it read as its first
+    pull. An error of the storage is raised there, where the pull would have raised it.
+    """
+
+    def __init__(self, storage: Storage, account_id: str, checkpoints: Place | None) -> None:
+        """Start reading (`join` waits for the end)."""
+        self._storage = storage
+        self._account_id = account_id
+        self._path = None if checkpoints is None else checkpoints.file(account_id)
+        self.started = time.monotonic()
+        self._read: tuple[FirstRead, list[SealedRecord], int] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="squirrel-mcp-first-pull", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            sealed: bytes | CheckpointDamaged | None = None
+            if self._path is not None:
+                try:
+                    sealed = sealed_checkpoint(self._path)
+                except CheckpointDamaged as damaged:
+                    sealed = damaged
+            records, cursor = self._storage.changes_since(0)
+            chain = LogChain(self._account_id)
+            chain.extend(records)
+            self._read = (FirstRead(sealed, chain), records, cursor)
+        except BaseException as error:  # raised again by `result`, in the store's thread
+            self._error = error
+
+    def join(self) -> None:
+        """Wait until the reading is over: then the storage is again used by one thread at a time."""
+        self._thread.join()
+
+    def result(self) -> tuple[FirstRead, list[SealedRecord], int]:
+        """What it read (checkpoint and chain, records, cursor); raises its error if it failed."""
+        self.join()
+        if self._error is not None:
+            raise self._error
+        assert self._read is not None
+        return self._read
+
+
 class Log:
     """The sealed records of one account: pulled, opened, sealed and appended under its data key."""
 
-    def __init__(self, storage: Storage, account_id: str, data_key: bytes, checkpoints: Place | None) -> None:
-        """The log in `storage`; with `checkpoints`, watched against this machine's checkpoint there."""
+    def __init__(
+        self,
+        storage: Storage,
+        account_id: str,
+        data_key: bytes,
+        checkpoints: Place | None,
+        first: FirstPull | None = None,
+    ) -> None:
+        """The log in `storage`; with `checkpoints`, watched against this machine's checkpoint there.
+
+        `first`: the first pull, read already (or being read) while the key was derived.
+        """
         self.storage = storage
         self.account_id = account_id
         self._key = data_key
         self._cursor = 0
         self._pulled_at: float | None = None
-        self.watch = None if checkpoints is None else LogWatch.of(checkpoints, account_id, data_key)
+        self._first = None if first is None else first.result()
+        self._first_started = None if first is None else first.started
+        read = None if self._first is None else self._first[0]
+        self.watch = None if checkpoints is None else LogWatch.of(checkpoints, account_id, data_key, read)
         self.snapshots = None if checkpoints is None else Snapshots.of(checkpoints, account_id, data_key)
 
     def stale(self) -> bool:
@@ -43,6 +114,12 @@ class Log:
 
     def pull(self) -> list[SealedRecord]:
         """The records appended since the last pull, chained by the log watch (then `checked`)."""
+        if self._first is not None:
+            (read, records, self._cursor), self._first = self._first, None
+            self._pulled_at = self._first_started
+            if self.watch is not None:
+                self.watch.pulled(records, read.chain)
+            return records
         started = time.monotonic()
         records, self._cursor = self.storage.changes_since(self._cursor)
         self._pulled_at = started

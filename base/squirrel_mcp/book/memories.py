@@ -26,7 +26,7 @@ from squirrel_mcp.book.checkpoint import Place
 from squirrel_mcp.book.errors import ConflictError, MemoryOperationError, NoAccountError, Unchanged
 from squirrel_mcp.book.ids import CONTENT_ID_PURPOSE, Fields, content_id, created, new_memory_id
 from squirrel_mcp.book.importing import HistoryImport
-from squirrel_mcp.book.log import Log
+from squirrel_mcp.book.log import FirstPull, Log
 from squirrel_mcp.book.snapshot import State
 from squirrel_mcp.book.view import View, collecting_later
 from squirrel_mcp.core.models import MAX_REVISION, Category, Change, Revision, now_iso
@@ -50,17 +50,18 @@ class MemoryStore:
         checkpoints: Place | None = None,
         *,
         progress: Callable[[int, int], None] | None = None,
+        first: FirstPull | None = None,
     ) -> None:
         """Use `unlock` or `create` rather than this.
 
         With `checkpoints`, the log is checked against this machine's checkpoint
         there (squirrel_mcp.book.checkpoint), and the state decrypted is kept in a
         snapshot there to open faster (squirrel_mcp.book.snapshot); without, neither
-        (unit tests).
+        (unit tests). `first`: the first pull, read while the key was derived.
         """
         self.account_id = account_id
         # The sealed records: pulled, opened, sealed and appended under the data key (log.py).
-        self._log = Log(storage, account_id, data_key, checkpoints)
+        self._log = Log(storage, account_id, data_key, checkpoints, first)
         # The decrypted memories, the search index and the catalog (view.py).
         self._view = View()
         # Tools run in worker threads; one lock keeps read-modify-append atomic here.
@@ -90,10 +91,15 @@ class MemoryStore:
         account = storage.load_account()
         if account is None:
             raise NoAccountError("this vault has no account yet")
-        data_key = crypto.unwrap_data_key(
-            passphrase, account.kdf, account.account_id, account.wrapped_data_key
-        )
-        return cls(storage, account.account_id, data_key, checkpoints, progress=progress)
+        # The log is read while the key is derived (log.FirstPull).
+        first = FirstPull(storage, account.account_id, checkpoints)
+        try:
+            data_key = crypto.unwrap_data_key(
+                passphrase, account.kdf, account.account_id, account.wrapped_data_key
+            )
+        finally:
+            first.join()
+        return cls(storage, account.account_id, data_key, checkpoints, progress=progress, first=first)
 
     @classmethod
     def create(
