@@ -101,9 +101,8 @@ class Log:
         self._key = data_key
         self._cursor = 0
         self._pulled_at: float | None = None
-        self._first = None if first is None else first.result()
-        self._first_started = None if first is None else first.started
-        read = None if self._first is None else self._first[0]
+        self._first = first
+        read = None if first is None else first.result()[0]
         self.watch = None if checkpoints is None else LogWatch.of(checkpoints, account_id, data_key, read)
         self.snapshots = None if checkpoints is None else Snapshots.of(checkpoints, account_id, data_key)
 
@@ -114,9 +113,10 @@ class Log:
 
     def pull(self) -> list[SealedRecord]:
         """The records appended since the last pull, chained by the log watch (then `checked`)."""
-        if self._first is not None:
-            (read, records, self._cursor), self._first = self._first, None
-            self._pulled_at = self._first_started
+        first, self._first = self._first, None
+        if first is not None:
+            read, records, self._cursor = first.result()
+            self._pulled_at = first.started
             if self.watch is not None:
                 self.watch.pulled(records, read.chain)
             return records

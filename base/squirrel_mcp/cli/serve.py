@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 import pluggy
 
-from squirrel_mcp.core import heap
 from squirrel_mcp.core.config import Config
 from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager, load_plugins
@@ -56,7 +55,6 @@ def _open_in_background(config: Config, host: PluginHost, opening: Opening) -> N
     opening.wait_until_serving(SERVING_WAIT)
     from squirrel_mcp.cli.unlock import error_line, open_store
 
-    heap.return_large_blocks()  # before the vault's and the plugins' large reads
     try:
         store = open_store(config, create=True)
     except Exception as error:
@@ -92,7 +90,6 @@ def cmd_serve(config: Config, pm: pluggy.PluginManager) -> int:
     if not config.passphrase and sys.stdin.isatty():
         from squirrel_mcp.cli.unlock import open_store
 
-        heap.return_large_blocks()
         store = open_store(config, create=True)
         host.start(config, store)
         opening.opened(store)
@@ -115,7 +112,6 @@ def cmd_ui(args: argparse.Namespace, pm: pluggy.PluginManager | None) -> int:
     from squirrel_mcp.ui.serve import serve
 
     config = Config.from_env()
-    heap.return_large_blocks()
     store = open_store(config, create=False)
     if pm is None:
         pm = get_plugin_manager()

@@ -24,7 +24,7 @@ from squirrel_mcp.book.checkpoint import Place
 from squirrel_mcp.book.errors import LogDivergedError, NoAccountError
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.book.transfer import ImportFileError, field_locations
-from squirrel_mcp.core import keychain
+from squirrel_mcp.core import heap, keychain
 from squirrel_mcp.core.config import APP_NAME, Config, ConfigError, check_api_base_url
 from squirrel_mcp.core.keychain import KeychainError, NoKeychainError
 from squirrel_mcp.core.lines import log_line
@@ -237,8 +237,11 @@ def open_store(
     `read_only` (a process that only looks, as the diagnostic): the log is checked
     against this machine's checkpoint, which is never moved; nothing is written to
     the cache directory (no snapshot, no key fingerprint).
-    The secrets the environment does not set are read from the keychain first.
+    The secrets the environment does not set are read from the keychain first. Large
+    blocks freed from here on go back to the OS (`heap.return_large_blocks`): the
+    log, the snapshot and the plugins that start on the store are read after it.
     """
+    heap.return_large_blocks()
     config = from_keychain(config)
     config.check()
     existed = config.remote or config.vault_path.exists()
