@@ -10,6 +10,7 @@ and takes snapshots of it (`capture`) or starts from one (`restore`).
 
 from __future__ import annotations
 
+import atexit
 import gc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -73,7 +74,10 @@ def collecting_later() -> Iterator[None]:
     objects made are moved out of the collector's sight (`gc.freeze`): otherwise the
     first collection after it walks them all at once (0.4 s at 100,000 memories, on
     the first search's way), and every full collection after that again. They are
-    the view's, freed by reference counting when the view drops them.
+    the view's, freed by reference counting when the view drops them. At exit they
+    are given back to the collector (`gc.unfreeze`, registered once), so that what
+    only the last collection finalizes, such as the vault's SQLite connection (closing
+    it checkpoints the WAL), is finalized as it was without the freeze.
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -81,6 +85,8 @@ def collecting_later() -> Iterator[None]:
         yield
     finally:
         gc.freeze()
+        atexit.unregister(gc.unfreeze)  # registered once, however many stores open
+        atexit.register(gc.unfreeze)
         if enabled:
             gc.enable()
 
