@@ -8,20 +8,16 @@ printed, so the MCP host shows the reason instead of a closed connection.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
-import traceback
-from typing import TYPE_CHECKING
 
 import pluggy
 
+from squirrel_mcp.cli.background import open_in_background
 from squirrel_mcp.core.config import Config
 from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager, load_plugins
-
-if TYPE_CHECKING:
-    # Imported when serving only: the other commands do not pay for importing the MCP SDK.
-    from squirrel_mcp.server.opening import Opening
 
 # How long the unlock waits for the server to be built before it starts anyway.
 SERVING_WAIT = 1.0
@@ -45,49 +41,30 @@ def cmd_browse(config: Config, pm: pluggy.PluginManager, args: argparse.Namespac
         store.close()
 
 
-def _open_in_background(config: Config, host: PluginHost, opening: Opening) -> None:
-    """Unlock the account and start the plugins; or print why not and tell `opening` the same line.
-
-    It begins once the server is built and serving (or after SERVING_WAIT): the
-    unlock's imports and Python work would otherwise share the interpreter with the
-    building of the tools and slow the answer to the handshake.
-    """
-    opening.wait_until_serving(SERVING_WAIT)
-    from squirrel_mcp.cli.unlock import error_line, open_store
-
-    try:
-        store = open_store(config, create=True)
-    except Exception as error:
-        line = error_line(error)
-        if line is None:
-            # A bug, not the user's to fix: its traceback goes to the log, the agent hears where to look.
-            traceback.print_exc()
-            line = (
-                f"the memory could not be opened: an internal error ({type(error).__name__}); "
-                "the server's log has the details"
-            )
-        log_line(line)
-        opening.failed(f"squirrel-mcp: {line}")
-        return
-    # The plugins start only on an unlocked store: they read memories through it.
-    host.start(config, store)
-    opening.opened(store)
-
-
 def cmd_serve(config: Config, pm: pluggy.PluginManager) -> int:
     """Serve MCP over stdio until the client closes it, unlocking the account in the background.
 
     The handshake and tools/list are answered at once; tool calls wait for the
     unlock. When it fails the server keeps serving: every tool call gets the line
     it printed on stderr. A person at a terminal without SQUIRREL_PASSPHRASE is
-    asked for it first, as the other commands ask.
+    asked for it first, as the other commands ask. With SQUIRREL_MCP_SHARED=1 this
+    process is a bridge to the vault's one memory process instead (`_bridged`).
     """
     from squirrel_mcp.server.app import create_server
     from squirrel_mcp.server.opening import Opening
 
     host = PluginHost(pm)
     opening = Opening()
-    if not config.passphrase and sys.stdin.isatty():
+    at_terminal = not config.passphrase and sys.stdin.isatty()
+    bridged = None if at_terminal else _bridged(config)
+    if bridged == RELAYED:
+        return 0
+    if bridged is not None:
+        # Refused by the running memory process, or a setting of the sharing is wrong: every
+        # tool call is answered the line, as when the unlock fails.
+        log_line(bridged)
+        opening.failed(f"squirrel-mcp: {bridged}")
+    elif at_terminal:
         from squirrel_mcp.cli.unlock import open_store
 
         store = open_store(config, create=True)
@@ -96,7 +73,10 @@ def cmd_serve(config: Config, pm: pluggy.PluginManager) -> int:
     else:
         # A daemon: a client that closes the server mid-unlock must not wait for the unlock to end.
         threading.Thread(
-            target=_open_in_background, args=(config, host, opening), name="squirrel-mcp-open", daemon=True
+            target=open_in_background,
+            args=(config, host, opening, SERVING_WAIT),
+            name="squirrel-mcp-open",
+            daemon=True,
         ).start()
     try:
         create_server(opening, host).run("stdio")
@@ -104,6 +84,57 @@ def cmd_serve(config: Config, pm: pluggy.PluginManager) -> int:
         host.shutdown()
         opening.close()
     return 0
+
+
+# What `_bridged` returns when it relayed the session to the memory process.
+RELAYED = "relayed"
+
+
+def _bridged(config: Config) -> str | None:
+    """With SQUIRREL_MCP_SHARED=1, the session relayed to the vault's memory process (RELAYED).
+
+    Otherwise the line this host was refused with (or why the sharing's settings are
+    wrong), or None: this process serves on its own, as where SQUIRREL_MCP_SHARED is
+    not set, or no local channel can be made (it says so in one line).
+    """
+    env = dict(os.environ)
+    shared = env.get("SQUIRREL_MCP_SHARED") or "0"
+    if shared not in ("0", "1"):
+        return "SQUIRREL_MCP_SHARED must be 1 (one memory process for every host) or 0 (one per host)"
+    if shared == "0":
+        return None
+    from squirrel_mcp.cli import bridge
+    from squirrel_mcp.cli.memory_process import idle_seconds
+    from squirrel_mcp.core.channel import Channel, ChannelError, supported
+    from squirrel_mcp.core.config import ConfigError
+    from squirrel_mcp.core.hello import Hello, identity, settings
+
+    try:
+        idle_seconds(env)
+    except ValueError:
+        return "SQUIRREL_MCP_SHARED_IDLE must be a number of seconds, 0 or more"
+    if not supported():
+        log_line("no local channel can be made on this system: this host's server runs on its own")
+        return None
+    if not config.passphrase or (config.remote and not config.api_key):
+        from squirrel_mcp.cli.unlock import from_keychain
+
+        config = from_keychain(config)
+    try:
+        config.check()
+        channel = Channel.of(identity(config), env)
+    except ConfigError:
+        return None  # the server on its own says what is wrong, as always
+    except ChannelError as error:
+        log_line(f"{error}: this host's server runs on its own")
+        return None
+    hello = Hello(identity(config), settings(config, env), config.passphrase)
+    try:
+        refused = bridge.run(bridge.Bridge(channel, hello, env))
+    except bridge.Unreachable as error:
+        log_line(f"{error}: this host's server runs on its own")
+        return None
+    return RELAYED if refused is None else refused
 
 
 def cmd_ui(args: argparse.Namespace, pm: pluggy.PluginManager | None) -> int:

@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 import anyio.from_thread
 import anyio.to_thread
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.prompts import Prompt
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
+from mcp.shared.message import SessionMessage
 from pydantic import ConfigDict, ValidationError
 
 from squirrel_mcp import __version__
@@ -137,9 +139,21 @@ class SquirrelServer(MCPServer):
         # building, may begin (answering the handshake from here on is light).
         self.opening.serving()
         async with stdio_transport() as (read_stream, write_stream):
-            await self._lowlevel_server.run(
-                read_stream, write_stream, self._lowlevel_server.create_initialization_options()
-            )
+            await self.serve_session(read_stream, write_stream)
+
+    async def serve_session(
+        self,
+        read_stream: MemoryObjectReceiveStream[SessionMessage | Exception],
+        write_stream: MemoryObjectSendStream[SessionMessage],
+    ) -> None:
+        """Serve one MCP session over the given streams until its input ends.
+
+        The shared memory process serves each bridge's session so, side by side, all
+        on this one server: each has its own requests, progress and cancellation.
+        """
+        await self._lowlevel_server.run(
+            read_stream, write_stream, self._lowlevel_server.create_initialization_options()
+        )
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
@@ -203,7 +217,7 @@ def _bind(tool: Callable[Concatenate[ToolContext, P], R], context: ToolContext) 
     return bound
 
 
-def create_server(store: MemoryStore | Opening, plugins: PluginHost | None = None) -> MCPServer:
+def create_server(store: MemoryStore | Opening, plugins: PluginHost | None = None) -> SquirrelServer:
     """The MCP server with every tool bound to a memory store, unlocked or still opening.
 
     `plugins` ranks search hits; without it only the built-in lexical ranker does.

@@ -60,6 +60,10 @@ class Opening:
         self._failure = line
         self._done.set()
 
+    def failure(self) -> str | None:
+        """The line the opening failed with; None while it opens or once it has opened."""
+        return self._failure if self._done.is_set() else None
+
     def close(self) -> None:
         """At shutdown: an opened store finishes, or writes, its snapshot (`MemoryStore.close`)."""
         if self._store is not None:

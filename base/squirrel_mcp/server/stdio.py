@@ -41,7 +41,7 @@ from collections import Counter
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -77,6 +77,16 @@ NOT_UNICODE = (
 )
 NOT_A_MESSAGE = "Invalid request: the message is not a JSON-RPC 2.0 request, notification or response"
 TOO_DEEP = "Invalid request: the message nests arrays or objects too deeply to be read"
+
+
+class LinesOut(Protocol):
+    """Where a session's messages are written, a line each: a file (stdio) or a bridge's connection."""
+
+    async def write(self, text: str, /) -> object:
+        """Write `text` (BrokenPipeError once no one reads)."""
+
+    async def flush(self) -> None:
+        """Send what was written."""
 
 
 @dataclass(frozen=True)
@@ -280,7 +290,7 @@ def give_up(unanswered: int, waited: float) -> None:
 @asynccontextmanager
 async def line_transport(
     lines_in: AsyncIterable[str],
-    lines_out: anyio.AsyncFile[str],
+    lines_out: LinesOut,
     *,
     bound: float = END_OF_INPUT_BOUND,
     on_overdue: Callable[[int, float], None] = give_up,

@@ -1,0 +1,294 @@
+"""The bridge: what `squirrel-mcp` is for an MCP host when the vault's memory is shared.
+
+It holds no key and no memory. It connects to the vault's memory process over
+the local channel (starting the process, with its own environment, when none
+listens), says its hello, and relays the host's MCP session line by line both
+ways. When the memory process ends under it (killed, crashed), every request
+the process had not answered is answered here with an error saying the call
+may or may not have been done (a write is never silently sent again); the
+bridge then connects to a new memory process, replays the host's handshake to
+it, and relays the next calls there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import IO, Any
+
+from squirrel_mcp.core.channel import Channel, PeerRefused
+from squirrel_mcp.core.hello import Hello, HelloError, read_answer
+from squirrel_mcp.core.lines import log_line
+
+# How long a bridge waits for a memory process it started to listen, in seconds.
+START_WAIT = 60.0
+# The log is started afresh by the next process started past this size.
+MAX_LOG = 1024 * 1024
+# How long the bridge waits for the answers still due once its host has closed its input.
+END_WAIT = 40.0
+LOST = (
+    "the memory process ended before answering this call, which may or may not have been done; "
+    "it was not sent again: check (search_memory, get_memory) before repeating a save or a change"
+)
+LOST_CODE = -32603
+REPLAYED_ID = "squirrel-mcp-bridge-initialize"
+
+
+class Unreachable(Exception):
+    """No memory process could be reached or started: the reason, one line."""
+
+
+def _message(line: bytes) -> dict[str, Any] | None:
+    try:
+        data = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _request_key(request_id: object) -> str:
+    return json.dumps(request_id)
+
+
+class Bridge:
+    """One host's way to its vault's memory process."""
+
+    def __init__(self, channel: Channel, hello: Hello, env: dict[str, str]) -> None:
+        self.channel = channel
+        self.hello = hello
+        self.env = env
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        """A memory process, started with this bridge's environment, its stderr to the channel's log."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        with contextlib.suppress(FileNotFoundError):
+            if self.channel.log_path.stat().st_size > MAX_LOG:
+                flags |= os.O_TRUNC
+        log = os.open(self.channel.log_path, flags, 0o600)
+        try:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "squirrel_mcp.cli.memory_process"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env=self.env,
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            os.close(log)
+        # Reaped when it ends, so that it leaves no zombie behind while this bridge runs.
+        threading.Thread(target=child.wait, name="squirrel-mcp-reap", daemon=True).start()
+        return child
+
+    def connect(self) -> tuple[socket.socket, IO[bytes]] | str:
+        """A connection the memory process took (and its reader), or the line it refused this host with.
+
+        Unreachable when none listens within START_WAIT, even after starting one.
+        """
+        deadline = time.monotonic() + START_WAIT
+        child: subprocess.Popen[bytes] | None = None
+        while time.monotonic() < deadline:
+            try:
+                connection = self.channel.connect()
+            except PeerRefused as refused:
+                raise Unreachable(f"the vault's channel is held by another user: {refused}") from None
+            except OSError as error:
+                cause = type(error).__name__
+                raise Unreachable(f"the vault's channel could not be reached ({cause})") from None
+            if connection is not None:
+                reader = connection.makefile("rb")
+                try:
+                    connection.sendall(self.hello.line())
+                    answered = reader.readline()
+                    said = read_answer(answered) if answered else ""
+                except (OSError, HelloError):
+                    said = ""
+                if said == "":
+                    # The process ended between the connection and its answer: try again.
+                    reader.close()
+                    connection.close()
+                    continue
+                if said is not None:
+                    reader.close()
+                    connection.close()
+                    return said
+                return connection, reader
+            # A process that lost the race for the vault's lock leaves: start another.
+            if child is None or child.poll() is not None:
+                child = self._start()
+            time.sleep(0.05)
+        raise Unreachable(
+            f"no memory process listened within {START_WAIT:g} s; its log is {self.channel.log_path}"
+        )
+
+
+class Relay:
+    """The host's session relayed to the memory process, across the process's restarts."""
+
+    def __init__(self, bridge: Bridge, connection: socket.socket, reader: IO[bytes]) -> None:
+        self.bridge = bridge
+        self.changed = threading.Condition()
+        self.connection: socket.socket | None = connection
+        self.reader = reader
+        self.outstanding: dict[str, object] = {}
+        self.initialize: bytes | None = None
+        self.initialize_answered = False
+        self.initialized: bytes | None = None
+        self.input_ended = False
+        # Set when no memory process can be reached any more: every later request is answered it.
+        self.gone: str | None = None
+        self.out = sys.stdout.buffer
+        self.out_lock = threading.Lock()
+
+    def write_out(self, line: bytes) -> None:
+        """A line to the host; the host gone, the bridge ends (nothing it could say would arrive)."""
+        try:
+            with self.out_lock:
+                self.out.write(line)
+                self.out.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            os._exit(0)
+
+    def answer_error(self, request_id: object, message: str) -> None:
+        """Answer the host's request `request_id` with an error of `message`."""
+        error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": LOST_CODE, "message": message}}
+        self.write_out(json.dumps(error).encode("utf-8") + b"\n")
+
+    def up(self) -> None:
+        """The host's lines to the memory process, until the host closes its input."""
+        stdin = sys.stdin.buffer
+        while line := stdin.readline():
+            if not line.endswith(b"\n"):
+                line += b"\n"
+            message = _message(line)
+            with self.changed:
+                while self.connection is None and self.gone is None:
+                    self.changed.wait()
+                if self.gone is not None:
+                    if message is not None and "method" in message and "id" in message:
+                        self.answer_error(message["id"], self.gone)
+                    continue
+                self._note(message, line)
+                connection = self.connection
+                assert connection is not None
+            with contextlib.suppress(OSError):
+                # A connection that died meanwhile: the reading side answers what was sent to it.
+                connection.sendall(line)
+        with self.changed:
+            self.input_ended = True
+            if self.connection is not None:
+                with contextlib.suppress(OSError):
+                    self.connection.shutdown(socket.SHUT_WR)
+            self.changed.notify_all()
+
+    def _note(self, message: dict[str, Any] | None, line: bytes) -> None:
+        """Remember a request until its answer, and the handshake to replay to a new process."""
+        if message is None:
+            return
+        method = message.get("method")
+        if method == "initialize" and "id" in message:
+            self.initialize = line
+        elif method == "notifications/initialized":
+            self.initialized = line
+        elif method == "notifications/cancelled":
+            params = message.get("params")
+            if isinstance(params, dict):
+                self.outstanding.pop(_request_key(params.get("requestId")), None)
+        if isinstance(method, str) and "id" in message and method != "initialize":
+            self.outstanding[_request_key(message["id"])] = message["id"]
+
+    def down(self) -> None:
+        """The memory process's lines to the host; on its end, the lost answers and a new process."""
+        while True:
+            for line in self.reader:
+                message = _message(line)
+                if message is not None and "method" not in message and "id" in message:
+                    with self.changed:
+                        initialize = _initialize_id(self.initialize)
+                        if not self.initialize_answered and message.get("id") == initialize:
+                            self.initialize_answered = True
+                        self.outstanding.pop(_request_key(message["id"]), None)
+                self.write_out(line if line.endswith(b"\n") else line + b"\n")
+            with self.changed:
+                lost = list(self.outstanding.values())
+                self.outstanding.clear()
+                ended = self.input_ended
+                self.connection = None
+            for request_id in lost:
+                self.answer_error(request_id, LOST)
+            if ended:
+                return
+            log_line("the memory process ended; connecting to a new one")
+            self._reconnect()
+            if self.gone is not None:
+                return
+
+    def _reconnect(self) -> None:
+        """A new memory process, told this host's handshake; or `gone` set to why there is none."""
+        try:
+            connected = self.bridge.connect()
+            if isinstance(connected, str):
+                raise Unreachable(connected)
+            connection, reader = connected
+            self._replay(connection, reader)
+        except (Unreachable, OSError) as error:
+            line = str(error) if isinstance(error, Unreachable) else "the new memory process ended at once"
+            log_line(line)
+            with self.changed:
+                self.gone = f"squirrel-mcp: {line}"
+                self.changed.notify_all()
+            return
+        with self.changed:
+            self.connection, self.reader = connection, reader
+            if self.input_ended:
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_WR)
+            self.changed.notify_all()
+
+    def _replay(self, connection: socket.socket, reader: IO[bytes]) -> None:
+        """The host's handshake, told again to a new process; its answer kept from the host."""
+        if self.initialize is None:
+            return
+        if not self.initialize_answered:
+            # The first answer was lost with the process: the host waits for this one.
+            connection.sendall(self.initialize)
+            return
+        request = json.loads(self.initialize)
+        request["id"] = REPLAYED_ID
+        connection.sendall(json.dumps(request).encode("utf-8") + b"\n")
+        for line in reader:
+            message = _message(line)
+            if message is not None and message.get("id") == REPLAYED_ID:
+                break
+        else:
+            raise OSError("ended during the handshake")
+        if self.initialized is not None:
+            connection.sendall(self.initialized)
+
+
+def _initialize_id(line: bytes | None) -> object:
+    message = _message(line) if line is not None else None
+    return None if message is None else message.get("id", None)
+
+
+def run(bridge: Bridge) -> str | None:
+    """Relay this process's stdio to the memory process; the line it refused this host with, if so.
+
+    Unreachable when no memory process can be reached or started.
+    """
+    connected = bridge.connect()
+    if isinstance(connected, str):
+        return connected
+    relay = Relay(bridge, *connected)
+    down = threading.Thread(target=relay.down, name="squirrel-mcp-down", daemon=True)
+    down.start()
+    relay.up()
+    down.join(END_WAIT)
+    return None

@@ -1,0 +1,277 @@
+"""The memory process: one per vault, serving the MCP session of every host's bridge at once.
+
+A bridge (`squirrel-mcp` run by an MCP host) starts it when none is listening
+on the vault's channel, with the bridge's own environment. It takes the
+vault's lock (a second process for the vault waits for the lock, or leaves as
+soon as another one listens), listens, and unlocks in the background as the
+stdio server does. Every bridge is a session of its own over one store, one
+plugin host, one model and one vector table.
+
+A bridge is admitted only when it runs as this user (checked on every
+connection), its settings are this process's and its passphrase the one it
+was unlocked with; otherwise it hears the one line saying why. When the unlock
+fails the process stops listening at once (so the next bridge starts a fresh
+one, with its own passphrase), answers its bridges the line, and ends when
+they have gone. Otherwise it ends once no bridge has been connected for
+SQUIRREL_MCP_SHARED_IDLE seconds (600 by default), writing its snapshot as the
+stdio server does at its end. Its log lines go to the channel's log file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
+
+import anyio
+from anyio.abc import SocketAttribute, SocketListener, SocketStream
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from squirrel_mcp.cli.background import open_in_background
+from squirrel_mcp.core.channel import Channel, PeerRefused, check_peer, try_lock
+from squirrel_mcp.core.config import Config
+from squirrel_mcp.core.hello import MAX_HELLO, Hello, HelloError, answer, identity, refusal, settings
+from squirrel_mcp.core.lines import log_line
+from squirrel_mcp.plugins.manager import PluginHost
+
+if TYPE_CHECKING:
+    import pluggy
+
+    from squirrel_mcp.server.app import SquirrelServer
+    from squirrel_mcp.server.opening import Opening
+
+# What a connection raises once its bridge has gone.
+CLOSED = (anyio.BrokenResourceError, anyio.ClosedResourceError)
+# How long a bridge may take to say its hello, in seconds.
+HELLO_WAIT = 10.0
+# The longest message line a session reads (a save of a long memory is far below it).
+MAX_LINE = 64 * 1024 * 1024
+# How long a memory process started beside a running one waits for the vault's lock.
+LOCK_WAIT = 120.0
+DEFAULT_IDLE = 600.0
+
+
+def idle_seconds(env: dict[str, str]) -> float:
+    """SQUIRREL_MCP_SHARED_IDLE: how long the process stays with no bridge; ValueError when malformed."""
+    value = env.get("SQUIRREL_MCP_SHARED_IDLE") or ""
+    if not value:
+        return DEFAULT_IDLE
+    seconds = float(value)
+    if not seconds >= 0 or seconds == float("inf"):
+        raise ValueError("SQUIRREL_MCP_SHARED_IDLE must be a number of seconds, 0 or more")
+    return seconds
+
+
+def wait_for_lock(channel: Channel) -> int | None:
+    """The vault's lock; None as soon as another memory process listens (or after LOCK_WAIT)."""
+    deadline = time.monotonic() + LOCK_WAIT
+    while time.monotonic() < deadline:
+        lock = try_lock(channel.lock_path)
+        if lock is not None:
+            return lock
+        # Another process holds it: one serving (then leave it the vault), or one ending.
+        with contextlib.suppress(PeerRefused, OSError):
+            connection = channel.connect()
+            if connection is not None:
+                connection.close()
+                return None
+        time.sleep(0.1)
+    return None
+
+
+class Lines:
+    """A connection's input, one line of text at a time (UTF-8, undecodable bytes replaced)."""
+
+    def __init__(self, stream: SocketStream) -> None:
+        self._buffer = BufferedByteReceiveStream(stream)
+
+    async def line(self, limit: int) -> bytes | None:
+        """The next line's bytes, without its newline; None at the end of input."""
+        try:
+            return await self._buffer.receive_until(b"\n", limit)
+        except (anyio.IncompleteRead, anyio.EndOfStream, *CLOSED):
+            return None
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        # A line over MAX_LINE (DelimiterNotFound) ends the session, as a closed input would.
+        with contextlib.suppress(anyio.DelimiterNotFound):
+            while (line := await self.line(MAX_LINE)) is not None:
+                yield line.decode("utf-8", errors="replace")
+
+
+class Replies:
+    """A connection's output, written as the stdio transport writes a file."""
+
+    def __init__(self, stream: SocketStream) -> None:
+        self._stream = stream
+
+    async def write(self, text: str) -> None:
+        """Send `text`; BrokenPipeError once the bridge has gone, as a closed pipe would raise."""
+        try:
+            await self._stream.send(text.encode("utf-8"))
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            raise BrokenPipeError from None
+
+    async def flush(self) -> None:
+        """Each write is sent whole."""
+
+
+def _overdue(unanswered: int, waited: float) -> None:
+    log_line(f"a bridge left with {unanswered} request(s) still unanswered after {waited:g} s")
+
+
+class MemoryProcess:
+    """The bridges' sessions on one server, and when to stop."""
+
+    def __init__(
+        self, server: SquirrelServer, opening: Opening, ours: Hello, where: str, idle: float
+    ) -> None:
+        self.server = server
+        self.opening = opening
+        self.ours = ours
+        self.where = where
+        self.idle = idle
+        self.bridges = 0
+        self.last_left = time.monotonic()
+
+    async def serve(self, listener: SocketListener, stop_listening: Callable[[], None]) -> None:
+        """Serve every bridge until the process is idle (or failed and left alone).
+
+        When the unlock fails, `stop_listening` is called at once: the next bridge then
+        starts a fresh process, which may be given the right passphrase.
+        """
+        async with anyio.create_task_group() as sessions:
+            accepting = anyio.CancelScope()
+            accepted = anyio.Event()
+
+            async def accept() -> None:
+                try:
+                    with accepting:
+                        while True:
+                            stream = await listener.accept()
+                            self.bridges += 1
+                            sessions.start_soon(self.session, stream)
+                finally:
+                    accepted.set()
+
+            async def stop_accepting() -> None:
+                accepting.cancel()
+                await accepted.wait()
+
+            sessions.start_soon(accept)
+            while True:
+                await anyio.sleep(0.2)
+                failed = self.opening.failure() is not None
+                if failed and not accepting.cancel_called:
+                    await stop_accepting()
+                    stop_listening()
+                if self.bridges == 0 and (failed or time.monotonic() - self.last_left >= self.idle):
+                    await stop_accepting()
+                    break
+
+    async def _admitted(self, stream: SocketStream, lines: Lines) -> bool:
+        """True when the bridge said its hello within HELLO_WAIT and was taken (it heard so)."""
+        with anyio.move_on_after(HELLO_WAIT):
+            line = await lines.line(MAX_HELLO)
+            if line is None:
+                return False
+            try:
+                hello = Hello.read(line)
+            except HelloError as error:
+                log_line(f"a connection that is no bridge was closed ({error})")
+                return False
+            refused = refusal(self.ours, hello, self.where)
+            await stream.send(answer(refused))
+            return refused is None
+        return False
+
+    async def session(self, stream: SocketStream) -> None:
+        """One bridge: its peer checked, its hello judged, then its MCP session."""
+        try:
+            async with stream:
+                try:
+                    peer = stream.extra(SocketAttribute.raw_socket)  # noqa: S610 - anyio's, not Django's
+                    check_peer(peer)
+                except PeerRefused as refused:
+                    log_line(str(refused))
+                    return
+                lines = Lines(stream)
+                if not await self._admitted(stream, lines):
+                    return
+                from squirrel_mcp.server.stdio import line_transport
+
+                async with line_transport(lines, Replies(stream), on_overdue=_overdue) as (reads, writes):
+                    await self.server.serve_session(reads, writes)
+        except (*CLOSED, anyio.DelimiterNotFound, OSError):
+            pass  # the bridge went away: its session is over
+        finally:
+            self.bridges -= 1
+            self.last_left = time.monotonic()
+
+
+def cmd_memory_process(config: Config, pm: pluggy.PluginManager) -> int:
+    """Serve the vault's channel until idle; 0 also when another process serves it already."""
+    from squirrel_mcp.cli.unlock import from_keychain, location
+    from squirrel_mcp.server.app import create_server
+    from squirrel_mcp.server.opening import Opening
+
+    env = dict(os.environ)
+    idle = idle_seconds(env)
+    config = from_keychain(config)
+    channel = Channel.of(identity(config), env)
+    lock = wait_for_lock(channel)
+    if lock is None:
+        return 0
+    where = location(config)
+    listening = channel.listen()
+    held: list[int] = [lock]
+
+    def stop_listening(*, release: bool = True) -> None:
+        """Stop listening (once); `release` also gives up the lock (a failed unlock holds no store)."""
+        if listening.fileno() != -1:
+            channel.unlisten(listening)
+        if release and held:
+            os.close(held.pop())
+
+    host = PluginHost(pm)
+    opening = Opening()
+    server = create_server(opening, host)
+    ours = Hello(identity(config), settings(config, env), config.passphrase)
+    log_line(f"memory process {os.getpid()} serving {where}")
+    # Built: the opening may take the interpreter (it does not wait for a first bridge).
+    opening.serving()
+    threading.Thread(
+        target=open_in_background, args=(config, host, opening, 0.0), name="squirrel-mcp-open", daemon=True
+    ).start()
+    process = MemoryProcess(server, opening, ours, where, idle)
+
+    async def main() -> None:
+        await process.serve(await SocketListener.from_socket(listening), stop_listening)
+
+    try:
+        anyio.run(main)
+    finally:
+        # No bridge is served any more: the socket goes first, the lock once the store has
+        # written its snapshot, so that no next process opens the vault before.
+        stop_listening(release=False)
+        host.shutdown()
+        opening.close()
+        log_line(f"memory process {os.getpid()} ended")
+        stop_listening()
+    return 0
+
+
+def main() -> int:
+    """`python -m squirrel_mcp.cli.memory_process`, as a bridge starts it (with its environment)."""
+    from squirrel_mcp.plugins.manager import get_plugin_manager, load_plugins
+
+    pm = get_plugin_manager()
+    load_plugins(pm)
+    return cmd_memory_process(Config.from_env(), pm)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,144 @@
+"""What a bridge says first to a vault's memory process, and how the process answers it.
+
+A bridge opens its connection with one JSON line: the squirrel-mcp version, the
+vault's identity, its settings and its passphrase. The memory process answers
+one line, `{"ok": true}` or `{"refused": LINE}`, and from then on the
+connection carries the host's MCP session, one JSON-RPC message per line. A
+bridge is refused when its settings are not the running process's (the line
+names the settings, never a secret) or its passphrase is not the one the
+process was unlocked with. Only the user's own processes can connect (see
+squirrel_mcp.core.channel), and nothing of the hello is ever logged.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from squirrel_mcp import __version__
+from squirrel_mcp.core.config import CACHE_DIR_VARIABLE, check_api_base_url
+
+if TYPE_CHECKING:
+    from squirrel_mcp.core.config import Config
+
+PROTOCOL = 1
+# The longest hello read: a hello is a few hundred bytes; a longer line is no bridge's.
+MAX_HELLO = 64 * 1024
+# Variables that are not settings of the memory process: the secrets (compared on their own),
+# and those of the sharing itself, which a bridge reads.
+NOT_SETTINGS = frozenset(
+    {
+        "SQUIRREL_PASSPHRASE",
+        "SQUIRREL_NEW_PASSPHRASE",
+        "SQUIRREL_API_KEY",
+        "SQUIRREL_MCP_SHARED",
+        "SQUIRREL_MCP_SHARED_IDLE",
+        "SQUIRREL_VAULT",
+        "SQUIRREL_API_BASE_URL",
+        CACHE_DIR_VARIABLE,
+    }
+)
+CLOSE_OTHERS = "close the other hosts of this vault (its memory process ends once none is left)"
+ON_ITS_OWN = "set SQUIRREL_MCP_SHARED=0 in this host's config"
+FIX = f"{CLOSE_OTHERS} or {ON_ITS_OWN}"
+
+
+class HelloError(Exception):
+    """A hello that is not one: the connection is closed without an answer."""
+
+
+def identity(config: Config) -> str:
+    """The vault or account a memory process serves: a local vault's full path, or the server and key."""
+    if config.api_base_url is None:
+        return f"vault {config.vault_path.expanduser().resolve()}"
+    key = hmac.new(b"squirrel-mcp channel", (config.api_key or "").encode("utf-8"), "sha256").hexdigest()
+    return f"account {check_api_base_url(config.api_base_url)} {key}"
+
+
+def settings(config: Config, env: dict[str, str]) -> dict[str, str]:
+    """What must be the same for two hosts to share a memory process: version, variables, cache."""
+    chosen = {
+        name: value
+        for name, value in env.items()
+        if name.startswith("SQUIRREL_") and value and name not in NOT_SETTINGS
+    }
+    chosen["squirrel-mcp version"] = __version__
+    chosen["cache directory"] = str(config.cache_dir.expanduser().resolve())
+    return dict(sorted(chosen.items()))
+
+
+@dataclass(frozen=True)
+class Hello:
+    """A bridge's first line."""
+
+    identity: str
+    settings: dict[str, str]
+    passphrase: str | None
+
+    def line(self) -> bytes:
+        """The hello as the line a bridge sends."""
+        message = {"squirrel-mcp": PROTOCOL, "identity": self.identity, "settings": self.settings}
+        message["passphrase"] = self.passphrase
+        return json.dumps(message, ensure_ascii=True).encode("ascii") + b"\n"
+
+    @classmethod
+    def read(cls, line: bytes) -> Hello:
+        """The hello on `line`; HelloError when it is none."""
+        try:
+            message: Any = json.loads(line)
+        except (ValueError, RecursionError):
+            raise HelloError("not JSON") from None
+        if not isinstance(message, dict) or message.get("squirrel-mcp") != PROTOCOL:
+            raise HelloError("not a hello of this protocol")
+        given, passphrase, where = message.get("settings"), message.get("passphrase"), message.get("identity")
+        if not isinstance(where, str) or not isinstance(given, dict):
+            raise HelloError("no identity or settings")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in given.items()):
+            raise HelloError("settings that are not text")
+        if passphrase is not None and not isinstance(passphrase, str):
+            raise HelloError("a passphrase that is not text")
+        return cls(where, given, passphrase)
+
+
+def _text(secret: str | None) -> bytes:
+    return (secret or "").encode("utf-8")
+
+
+def refusal(ours: Hello, theirs: Hello, where: str) -> str | None:
+    """Why the bridge saying `theirs` may not share the process that `ours` started; None: it may."""
+    if theirs.identity != ours.identity:
+        return f"this host's memory process serves another vault than {where}; {FIX}"
+    differing = sorted(set(ours.settings.items()) ^ set(theirs.settings.items()))
+    if differing:
+        names = sorted({name for name, _ in differing})
+        described = "; ".join(
+            f"{name}: {ours.settings.get(name, 'unset')} there, {theirs.settings.get(name, 'unset')} here"
+            for name in names
+        )
+        return f"the memory process of {where} runs with other settings than this host's ({described}); {FIX}"
+    if not hmac.compare_digest(_text(ours.passphrase), _text(theirs.passphrase)):
+        return (
+            f"this host's passphrase is not the one the memory process of {where} was unlocked with; "
+            f"nothing was done: give every host of this vault the same passphrase, or {ON_ITS_OWN}"
+        )
+    return None
+
+
+def answer(refused: str | None) -> bytes:
+    """The process's reply line to a hello."""
+    return json.dumps({"ok": True} if refused is None else {"refused": refused}).encode("utf-8") + b"\n"
+
+
+def read_answer(line: bytes) -> str | None:
+    """None when the process took the bridge; else the line it was refused with. HelloError: no answer."""
+    try:
+        message: Any = json.loads(line)
+    except (ValueError, RecursionError):
+        raise HelloError("not JSON") from None
+    if isinstance(message, dict) and message.get("ok") is True:
+        return None
+    if isinstance(message, dict) and isinstance(message.get("refused"), str):
+        return str(message["refused"])
+    raise HelloError("no answer to the hello")
