@@ -30,6 +30,8 @@ from squirrel_mcp.core.lines import log_line
 START_WAIT = 60.0
 # The log is started afresh by the next process started past this size.
 MAX_LOG = 1024 * 1024
+# How often a bridge shows the memory process's new log lines, in seconds.
+LOG_EVERY = 0.25
 # How long the bridge waits for the answers still due once its host has closed its input.
 END_WAIT = 40.0
 LOST = (
@@ -63,6 +65,43 @@ class Bridge:
         self.channel = channel
         self.hello = hello
         self.env = env
+        # How far this host has seen the memory process's log (`show_log`).
+        self.log_seen: int | None = None
+
+    def _log_size(self) -> int:
+        try:
+            return self.channel.log_path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def show_log(self) -> None:
+        """The memory process's log lines since this host connected, on this host's stderr.
+
+        So a host's log shows what the server says (the unlock's failure, the warm-up), as
+        when it runs its own server. The log holds no memory text, query or secret.
+        """
+        if self.log_seen is None:
+            return
+        try:
+            with self.channel.log_path.open("rb") as log:
+                log.seek(0, os.SEEK_END)
+                if log.tell() < self.log_seen:
+                    self.log_seen = 0  # started afresh by a new process
+                log.seek(self.log_seen)
+                written = log.read()
+        except FileNotFoundError:
+            return
+        complete = written[: written.rfind(b"\n") + 1]
+        self.log_seen += len(complete)
+        if complete:
+            sys.stderr.buffer.write(complete)
+            sys.stderr.flush()
+
+    def follow_log(self, stop: threading.Event) -> None:
+        """`show_log` every LOG_EVERY seconds until `stop`, then once more."""
+        while not stop.wait(LOG_EVERY):
+            self.show_log()
+        self.show_log()
 
     def _start(self) -> subprocess.Popen[bytes]:
         """A memory process, started with this bridge's environment, its stderr to the channel's log."""
@@ -94,6 +133,8 @@ class Bridge:
         """
         deadline = time.monotonic() + START_WAIT
         child: subprocess.Popen[bytes] | None = None
+        if self.log_seen is None:
+            self.log_seen = self._log_size()
         while time.monotonic() < deadline:
             try:
                 connection = self.channel.connect()
@@ -137,7 +178,8 @@ class Relay:
         self.changed = threading.Condition()
         self.connection: socket.socket | None = connection
         self.reader = reader
-        self.outstanding: dict[str, object] = {}
+        # The requests sent and not yet answered: (id, method) by id.
+        self.outstanding: dict[str, tuple[object, str]] = {}
         self.initialize: bytes | None = None
         self.initialize_answered = False
         self.initialized: bytes | None = None
@@ -156,10 +198,20 @@ class Relay:
         except (BrokenPipeError, ValueError, OSError):
             os._exit(0)
 
-    def answer_error(self, request_id: object, message: str) -> None:
-        """Answer the host's request `request_id` with an error of `message`."""
-        error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": LOST_CODE, "message": message}}
-        self.write_out(json.dumps(error).encode("utf-8") + b"\n")
+    def answer_error(self, request_id: object, method: object, message: str) -> None:
+        """Answer the host's request `request_id` with `message`: a tool's error for a tool call."""
+        answer: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id}
+        if method == "tools/call":
+            # As a tool's own errors are answered: the agent reads it as the call's outcome.
+            # resultType: the protocol's later versions require it, the earlier ones allow it.
+            answer["result"] = {
+                "content": [{"type": "text", "text": message}],
+                "isError": True,
+                "resultType": "complete",
+            }
+        else:
+            answer["error"] = {"code": LOST_CODE, "message": message}
+        self.write_out(json.dumps(answer).encode("utf-8") + b"\n")
 
     def up(self) -> None:
         """The host's lines to the memory process, until the host closes its input."""
@@ -173,7 +225,7 @@ class Relay:
                     self.changed.wait()
                 if self.gone is not None:
                     if message is not None and "method" in message and "id" in message:
-                        self.answer_error(message["id"], self.gone)
+                        self.answer_error(message["id"], message["method"], self.gone)
                     continue
                 self._note(message, line)
                 connection = self.connection
@@ -202,33 +254,39 @@ class Relay:
             if isinstance(params, dict):
                 self.outstanding.pop(_request_key(params.get("requestId")), None)
         if isinstance(method, str) and "id" in message and method != "initialize":
-            self.outstanding[_request_key(message["id"])] = message["id"]
+            self.outstanding[_request_key(message["id"])] = (message["id"], method)
 
     def down(self) -> None:
         """The memory process's lines to the host; on its end, the lost answers and a new process."""
         while True:
-            for line in self.reader:
-                message = _message(line)
-                if message is not None and "method" not in message and "id" in message:
-                    with self.changed:
-                        initialize = _initialize_id(self.initialize)
-                        if not self.initialize_answered and message.get("id") == initialize:
-                            self.initialize_answered = True
-                        self.outstanding.pop(_request_key(message["id"]), None)
-                self.write_out(line if line.endswith(b"\n") else line + b"\n")
+            with contextlib.suppress(OSError, ValueError):
+                # Read until the process closes the connection (or it is reset: the process died).
+                for line in self.reader:
+                    self._pass_down(line)
             with self.changed:
                 lost = list(self.outstanding.values())
                 self.outstanding.clear()
                 ended = self.input_ended
                 self.connection = None
-            for request_id in lost:
-                self.answer_error(request_id, LOST)
+            for request_id, method in lost:
+                self.answer_error(request_id, method, LOST)
             if ended:
                 return
             log_line("the memory process ended; connecting to a new one")
             self._reconnect()
             if self.gone is not None:
                 return
+
+    def _pass_down(self, line: bytes) -> None:
+        """A line of the memory process to the host; an answer settles its request."""
+        message = _message(line)
+        if message is not None and "method" not in message and "id" in message:
+            with self.changed:
+                initialize = _initialize_id(self.initialize)
+                if not self.initialize_answered and message.get("id") == initialize:
+                    self.initialize_answered = True
+                self.outstanding.pop(_request_key(message["id"]), None)
+        self.write_out(line if line.endswith(b"\n") else line + b"\n")
 
     def _reconnect(self) -> None:
         """A new memory process, told this host's handshake; or `gone` set to why there is none."""
@@ -287,8 +345,13 @@ def run(bridge: Bridge) -> str | None:
     if isinstance(connected, str):
         return connected
     relay = Relay(bridge, *connected)
+    stop = threading.Event()
+    log = threading.Thread(target=bridge.follow_log, args=(stop,), name="squirrel-mcp-log", daemon=True)
+    log.start()
     down = threading.Thread(target=relay.down, name="squirrel-mcp-down", daemon=True)
     down.start()
     relay.up()
     down.join(END_WAIT)
+    stop.set()
+    log.join(LOG_EVERY * 4)
     return None

@@ -240,7 +240,6 @@ def cmd_memory_process(config: Config, pm: pluggy.PluginManager) -> int:
     opening = Opening()
     server = create_server(opening, host)
     ours = Hello(identity(config), settings(config, env), config.passphrase)
-    log_line(f"memory process {os.getpid()} serving {where}")
     # Built: the opening may take the interpreter (it does not wait for a first bridge).
     opening.serving()
     threading.Thread(
@@ -259,7 +258,6 @@ def cmd_memory_process(config: Config, pm: pluggy.PluginManager) -> int:
         stop_listening(release=False)
         host.shutdown()
         opening.close()
-        log_line(f"memory process {os.getpid()} ended")
         stop_listening()
     return 0
 

@@ -29,6 +29,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+# The longest socket path every system takes (sun_path holds 104 bytes on macOS, 108 on Linux).
+MAX_SOCKET_PATH = 100
 # How long one connection attempt may take, in seconds (a socket on this machine answers at once).
 CONNECT_TIMEOUT = 5.0
 
@@ -93,7 +95,12 @@ class Channel:
     def of(cls, identity: str, env: dict[str, str] | None = None) -> Channel:
         """The channel of the vault or account `identity` names (see the module's docstring)."""
         name = hashlib.sha256(identity.encode("utf-8")).hexdigest()[:24]
-        return cls(runtime_directory(env), name)
+        channel = cls(runtime_directory(env), name)
+        if len(os.fsencode(channel.socket_path)) > MAX_SOCKET_PATH:
+            raise ChannelError(
+                f"the channel's directory {channel.directory} has too long a path for a socket"
+            )
+        return channel
 
     @property
     def socket_path(self) -> Path:
@@ -184,4 +191,16 @@ def try_lock(path: Path) -> int | None:
     except BlockingIOError:
         os.close(descriptor)
         return None
+    # Who holds it, for `squirrel-mcp doctor` and for a person looking (the lock is the flock).
+    os.ftruncate(descriptor, 0)
+    os.write(descriptor, f"{os.getpid()}\n".encode("ascii"))
     return descriptor
+
+
+def holder(path: Path) -> int | None:
+    """The process id written in the lock file `path` while its process held it; None if none."""
+    try:
+        text = path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isdigit() else None

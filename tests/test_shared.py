@@ -1,0 +1,346 @@
+"""One memory process per vault (SQUIRREL_MCP_SHARED=1): hosts' bridges, the real processes.
+
+Each `Client` starts `squirrel-mcp` as a host does; with SQUIRREL_MCP_SHARED=1
+that process is a bridge to the vault's one memory process, which the first
+bridge starts. The channel's directory is a short one of the test's own
+(XDG_RUNTIME_DIR), and every memory process a test started is killed at its end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from squirrel_mcp.cli.unlock import location
+from squirrel_mcp.core.channel import Channel, holder
+from squirrel_mcp.core.config import Config
+from squirrel_mcp.core.hello import identity
+from tests.conftest import PASSPHRASE, call, call_error, secrets_of_this_test, server_params
+
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
+
+# A backstop against a hang: how long a test waits for a process to start or end.
+WITHIN = 120.0
+
+
+def channel_of(env: dict[str, str]) -> Channel:
+    return Channel.of(identity(Config.from_env(env)), env)
+
+
+def memory_process(env: dict[str, str]) -> int | None:
+    """The pid of the vault's running memory process (from its lock), None when none runs."""
+    pid = holder(channel_of(env).lock_path)
+    if pid is None:
+        return None
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+    return None if state == "Z" else pid
+
+
+def memory_processes(env: dict[str, str]) -> list[int]:
+    """Every live process running the memory process for this test's vault."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        vault = f"SQUIRREL_VAULT={env['SQUIRREL_VAULT']}".encode()
+        if b"squirrel_mcp.cli.memory_process" in cmdline and vault in environ and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def wait_until(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + WITHIN
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {WITHIN:g} s: {what}"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def shared_env(vault_env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """vault_env for bridges, on a channel directory of this test; its processes killed after."""
+    runtime = tempfile.mkdtemp(prefix="sq-run-")
+    env = {**vault_env, "SQUIRREL_MCP_SHARED": "1", "XDG_RUNTIME_DIR": runtime}
+    channel = channel_of(env)
+    # The memory process's log is what its hosts' stderr shows: scanned for secrets too.
+    secrets_of_this_test().stderr_files.append(channel.log_path)
+    yield env
+    for pid in memory_processes(env):
+        os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(runtime, ignore_errors=True)
+
+
+def stderr_of_last_host() -> list[str]:
+    return secrets_of_this_test().stderr_files[-1].read_text(encoding="utf-8").strip().splitlines()
+
+
+async def test_three_hosts_share_one_memory_process(shared_env: dict[str, str]) -> None:
+    """Three hosts started together: one memory process; a save through one is found through the others."""
+    clients: list[Client] = []
+    found: dict[int, dict[str, Any]] = {}
+    saved = anyio.Event()
+    done = anyio.Event()
+
+    async def host(number: int) -> None:
+        async with Client(server_params(shared_env)) as client:
+            clients.append(client)
+            if number == 0:
+                await call(
+                    client, "save_memory", text="Ada keeps bees on the roof", entity="Ada", category="fact"
+                )
+                saved.set()
+            else:
+                await saved.wait()
+                found[number] = await call(client, "search_memory", query="bees")
+            if len(found) == 2:
+                done.set()
+            await done.wait()
+            # Every host still connected: one memory process serves all three.
+            assert len(memory_processes(shared_env)) == 1
+
+    with anyio.fail_after(WITHIN):
+        async with anyio.create_task_group() as hosts:
+            for number in range(3):
+                hosts.start_soon(host, number)
+    for number in (1, 2):
+        assert [hit["text"] for hit in found[number]["results"]] == ["Ada keeps bees on the roof"]
+    assert len(clients) == 3
+
+
+async def test_a_host_with_other_settings_is_told_so_in_one_line(shared_env: dict[str, str]) -> None:
+    async with Client(server_params(shared_env)) as first:
+        await call(first, "get_context")
+        other = {**shared_env, "SQUIRREL_MEMORY_EMBEDDINGS": "0"}
+        async with Client(server_params(other)) as second:
+            line = await call_error(second, "get_context")
+            assert line == await call_error(second, "search_memory", query="anything")
+        # The first host is served as before.
+        await call(first, "get_context")
+    assert "runs with other settings than this host's" in line
+    assert "SQUIRREL_MEMORY_EMBEDDINGS: unset there, 0 here" in line
+    assert "SQUIRREL_MCP_SHARED=0" in line
+    assert stderr_of_last_host() == [line]
+    assert len(memory_processes(shared_env)) <= 1
+
+
+async def test_a_host_with_another_passphrase_is_refused(shared_env: dict[str, str]) -> None:
+    async with Client(server_params(shared_env)) as first:
+        await call(first, "save_memory", text="Ada keeps bees on the roof", entity="Ada", category="fact")
+        other = {**shared_env, "SQUIRREL_PASSPHRASE": "a different passphrase entirely"}
+        async with Client(server_params(other)) as second:
+            line = await call_error(second, "search_memory", query="bees")
+    location_of_vault = location(Config.from_env(shared_env))
+    assert line == (
+        f"squirrel-mcp: this host's passphrase is not the one the memory process of {location_of_vault} "
+        "was unlocked with; nothing was done: give every host of this vault the same passphrase, or set "
+        "SQUIRREL_MCP_SHARED=0 in this host's config"
+    )
+
+
+async def test_a_wrong_passphrase_does_not_keep_the_vault_from_the_right_one(
+    shared_env: dict[str, str],
+) -> None:
+    """A process whose unlock failed stops listening at once: the next host starts a fresh one."""
+    idle = {**shared_env, "SQUIRREL_MCP_SHARED_IDLE": "0"}
+    async with Client(server_params(idle)) as first:
+        await call(first, "save_memory", text="Ada keeps bees on the roof", entity="Ada", category="fact")
+    wait_until(lambda: memory_process(idle) is None, "the idle memory process ends")
+    wrong = {**idle, "SQUIRREL_PASSPHRASE": "not the passphrase at all"}
+    async with Client(server_params(wrong)) as refused:
+        refused_stderr = secrets_of_this_test().stderr_files[-1]
+        line = await call_error(refused, "get_context")
+        assert "the passphrase does not unlock this vault" in line
+        # The refused host still connected: a host with the right passphrase is served.
+        async with Client(server_params(idle)) as right:
+            found = await call(right, "search_memory", query="bees")
+        assert [hit["text"] for hit in found["results"]] == ["Ada keeps bees on the roof"]
+        assert line == await call_error(refused, "get_context")
+    # The memory process's line, on the refused host's stderr as a server of its own prints it.
+    assert refused_stderr.read_text(encoding="utf-8").splitlines() == [line]
+
+
+async def test_the_memory_process_ends_when_idle_and_the_next_host_starts_one(
+    shared_env: dict[str, str],
+) -> None:
+    idle = {**shared_env, "SQUIRREL_MCP_SHARED_IDLE": "1"}
+    async with Client(server_params(idle)) as client:
+        await call(client, "save_memory", text="Ada keeps bees on the roof", entity="Ada", category="fact")
+        first = memory_process(idle)
+        assert first is not None
+    wait_until(lambda: memory_process(idle) is None, "the idle memory process ends")
+    assert not channel_of(idle).socket_path.exists()
+    async with Client(server_params(idle)) as client:
+        found = await call(client, "search_memory", query="bees")
+        assert memory_process(idle) not in (None, first)
+    assert [hit["text"] for hit in found["results"]] == ["Ada keeps bees on the roof"]
+
+
+async def test_a_kill_9_loses_no_acknowledged_save_and_every_call_is_answered(
+    shared_env: dict[str, str],
+) -> None:
+    """50 mixed calls from two hosts, the memory process killed (-9) among them."""
+    acknowledged: list[str] = []
+    answers = {"result": 0, "error": 0}
+    pids: set[int] = set()
+    killed = anyio.Event()
+
+    async def host(number: int) -> None:
+        async with Client(server_params(shared_env)) as client:
+            await call(client, "get_context")
+            for index in range(25):
+                if number == 0 and index == 8:
+                    pid = memory_process(shared_env)
+                    assert pid is not None
+                    pids.add(pid)
+                    os.kill(pid, signal.SIGKILL)
+                    killed.set()
+                if index % 2 == 0:
+                    text = f"host {number} note {index}: the heron nests by the weir"
+                    secrets_of_this_test().add(text)
+                    result = await client.call_tool(
+                        "save_memory", {"text": text, "entity": f"Weir {number}", "category": "fact"}
+                    )
+                    if not result.is_error:
+                        acknowledged.append(text)
+                else:
+                    result = await client.call_tool("search_memory", {"query": "heron"})
+                answers["error" if result.is_error else "result"] += 1
+                if number == 1 and index == 4:
+                    await killed.wait()
+
+    with anyio.fail_after(WITHIN):
+        async with anyio.create_task_group() as hosts:
+            hosts.start_soon(host, 0)
+            hosts.start_soon(host, 1)
+    assert answers["result"] + answers["error"] == 50
+    async with Client(server_params(shared_env)) as client:
+        listed = await call(client, "list_memories", limit=100)
+        after = memory_process(shared_env)
+    assert after is not None and after not in pids
+    kept = {memory["text"] for memory in listed["memories"]}
+    assert set(acknowledged) <= kept
+    assert answers["result"] >= 40, answers
+
+
+NOBODY = 65534
+CONNECT = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    s.connect(sys.argv[1])
+except PermissionError:
+    print("refused at the directory")
+    raise SystemExit(0)
+s.settimeout(30)
+try:
+    s.sendall(b'{"squirrel-mcp": 1, "identity": "x", "settings": {}, "passphrase": null}\\n')
+    answer = s.recv(1024)
+except (ConnectionResetError, BrokenPipeError):
+    answer = b""
+print(repr(answer) if answer else "closed without an answer")
+"""
+
+
+@pytest.mark.skipif(
+    os.getuid() != 0 or shutil.which("setpriv") is None or not Path("/usr/bin/python3").exists(),
+    reason="needs root, setpriv and /usr/bin/python3",
+)
+async def test_another_user_cannot_connect(shared_env: dict[str, str]) -> None:
+    async with Client(server_params(shared_env)) as client:
+        await call(client, "get_context")
+        channel = channel_of(shared_env)
+
+        def as_nobody() -> str:
+            # The system's Python: one every user may run (a virtual environment's may not be).
+            python = "/usr/bin/python3"
+            command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+            done = subprocess.run(
+                [*command, python, "-I", "-c", CONNECT, str(channel.socket_path)],
+                capture_output=True,
+                timeout=60,
+                check=True,
+            )
+            return done.stdout.decode().strip()
+
+        assert as_nobody() == "refused at the directory"
+        # Opened up by hand (a mistake, say): the memory process still checks who connects.
+        runtime = Path(shared_env["XDG_RUNTIME_DIR"])
+        for directory in (runtime, channel.directory):
+            directory.chmod(0o755)
+        channel.socket_path.chmod(0o777)
+        try:
+            assert as_nobody() == "closed without an answer"
+        finally:
+            for directory in (runtime, channel.directory):
+                directory.chmod(0o700)
+            channel.socket_path.chmod(0o600)
+        # Still serving this user.
+        await call(client, "get_context")
+    log = channel.log_path.read_text(encoding="utf-8")
+    assert f"a connection from another user (uid {NOBODY}) was refused" in log
+
+
+async def test_a_bad_sharing_setting_is_told_on_every_call(shared_env: dict[str, str]) -> None:
+    for variable, value, expected in [
+        ("SQUIRREL_MCP_SHARED", "yes", "SQUIRREL_MCP_SHARED must be 1"),
+        ("SQUIRREL_MCP_SHARED_IDLE", "soon", "SQUIRREL_MCP_SHARED_IDLE must be a number of seconds"),
+        ("SQUIRREL_MCP_SHARED_IDLE", "-1", "SQUIRREL_MCP_SHARED_IDLE must be a number of seconds"),
+    ]:
+        async with Client(server_params({**shared_env, variable: value})) as client:
+            line = await call_error(client, "get_context")
+        assert line.startswith(f"squirrel-mcp: {expected}"), line
+        assert stderr_of_last_host() == [line]
+    assert memory_processes(shared_env) == []
+
+
+def test_the_hello_names_no_secret_and_the_socket_is_the_users_alone(
+    shared_env: dict[str, str],
+) -> None:
+    """The channel's files are closed to others; nothing of the hello reaches the log."""
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    # A host that sends its handshake and closes its input: answered through the bridge all the same.
+    done = subprocess.run(
+        [sys.executable, "-m", "squirrel_mcp"],
+        input=(json.dumps(initialize) + "\n").encode(),
+        env={"PATH": os.environ["PATH"], **shared_env},
+        capture_output=True,
+        timeout=WITHIN,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0])["result"]["serverInfo"]["name"] == "squirrel-mcp"
+    channel = channel_of(shared_env)
+    assert channel.directory.stat().st_mode & 0o777 == 0o700
+    for path in (channel.lock_path, channel.log_path, channel.socket_path):
+        assert path.stat().st_mode & 0o777 == 0o600
+    assert PASSPHRASE not in channel.log_path.read_text(encoding="utf-8")
