@@ -152,9 +152,10 @@ class Bridge:
                 except (OSError, HelloError):
                     said = ""
                 if said == "":
-                    # The process ended between the connection and its answer: try again.
+                    # The process ended (or is ending) between the connection and its answer.
                     reader.close()
                     connection.close()
+                    time.sleep(0.05)
                     continue
                 if said is not None:
                     reader.close()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -59,8 +60,11 @@ def idle_seconds(env: dict[str, str]) -> float:
     value = env.get("SQUIRREL_MCP_SHARED_IDLE") or ""
     if not value:
         return DEFAULT_IDLE
-    seconds = float(value)
-    if not seconds >= 0 or seconds == float("inf"):
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 <= seconds < float("inf"):
         raise ValueError("SQUIRREL_MCP_SHARED_IDLE must be a number of seconds, 0 or more")
     return seconds
 
@@ -212,6 +216,10 @@ class MemoryProcess:
             self.last_left = time.monotonic()
 
 
+def _end(signum: int, _frame: object) -> None:
+    raise SystemExit(0)
+
+
 def cmd_memory_process(config: Config, pm: pluggy.PluginManager) -> int:
     """Serve the vault's channel until idle; 0 also when another process serves it already."""
     from squirrel_mcp.cli.unlock import from_keychain, location
@@ -246,6 +254,9 @@ def cmd_memory_process(config: Config, pm: pluggy.PluginManager) -> int:
         target=open_in_background, args=(config, host, opening, 0.0), name="squirrel-mcp-open", daemon=True
     ).start()
     process = MemoryProcess(server, opening, ours, where, idle)
+    # Ended by a signal (a logout, `kill`): as at the idle end, the store closed and its snapshot written.
+    signal.signal(signal.SIGTERM, _end)
+    signal.signal(signal.SIGHUP, _end)
 
     async def main() -> None:
         await process.serve(await SocketListener.from_socket(listening), stop_listening)

@@ -26,6 +26,7 @@ import stat
 import struct
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,11 +56,11 @@ def _own_private_directory(path: Path, *, create: bool) -> Path:
             path.mkdir(mode=0o700)
     try:
         info = os.lstat(path)
-    except FileNotFoundError:
+    except OSError:
         raise ChannelError(f"the channel's directory {path} does not exist") from None
     if not stat.S_ISDIR(info.st_mode):
         raise ChannelError(f"the channel's directory {path} is not a directory (a link, or a file)")
-    if info.st_uid != os.getuid():
+    if info.st_uid != os.geteuid():
         raise ChannelError(f"the channel's directory {path} belongs to another user")
     if info.st_mode & 0o077:
         mode = f"{info.st_mode & 0o777:o}"
@@ -67,16 +68,25 @@ def _own_private_directory(path: Path, *, create: bool) -> Path:
     return path
 
 
-def runtime_directory(env: dict[str, str] | None = None) -> Path:
+def user_runtime_dir(env: Mapping[str, str] | None = None) -> Path | None:
+    """`XDG_RUNTIME_DIR` if it names a directory of this user's that others cannot enter; else None."""
+    value = (os.environ if env is None else env).get("XDG_RUNTIME_DIR", "")
+    if sys.platform == "win32" or not value or not os.path.isabs(value):
+        return None
+    try:
+        return _own_private_directory(Path(value), create=False)
+    except ChannelError:
+        return None
+
+
+def runtime_directory(env: Mapping[str, str] | None = None) -> Path:
     """The directory of this user's channels; ChannelError when none is safe to use."""
-    env = dict(os.environ) if env is None else env
-    runtime = env.get("XDG_RUNTIME_DIR")
-    if runtime:
+    user_runtime = user_runtime_dir(env)
+    if user_runtime is not None:
         try:
-            user_runtime = _own_private_directory(Path(runtime), create=False)
             return _own_private_directory(user_runtime / "squirrel-mcp", create=True)
         except (ChannelError, OSError):
-            pass  # an unusable runtime directory: the temporary directory's, as where none is set
+            pass  # unusable: the temporary directory's, as where none is set
     try:
         shared_temporary = Path(tempfile.gettempdir()) / f"squirrel-mcp-{os.getuid()}"
         return _own_private_directory(shared_temporary, create=True)
@@ -92,7 +102,7 @@ class Channel:
     name: str
 
     @classmethod
-    def of(cls, identity: str, env: dict[str, str] | None = None) -> Channel:
+    def of(cls, identity: str, env: Mapping[str, str] | None = None) -> Channel:
         """The channel of the vault or account `identity` names (see the module's docstring)."""
         name = hashlib.sha256(identity.encode("utf-8")).hexdigest()[:24]
         channel = cls(runtime_directory(env), name)
@@ -173,7 +183,7 @@ def peer_uid(connection: socket.socket) -> int:
 def check_peer(connection: socket.socket) -> None:
     """PeerRefused unless the other end runs as this user."""
     uid = peer_uid(connection)
-    if uid != os.getuid():
+    if uid != os.geteuid():
         raise PeerRefused(f"a connection from another user (uid {uid}) was refused")
 
 

@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
-import sys
 import tempfile
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 
+from squirrel_mcp.core.channel import user_runtime_dir
 from squirrel_mcp.ui.html import html
 
-RUNTIME_DIR_VARIABLE = "XDG_RUNTIME_DIR"
 PREFIX = "squirrel-mcp-ui-"
 # The forwarding page: a refresh at once, and a link in case refreshes are blocked.
 # Nothing loads from elsewhere and nothing runs; the address is escaped.
@@ -39,20 +37,6 @@ FORWARD = (
     "<title>squirrel-mcp ui</title></head>\n"
     '<body><p><a href="{url}">Open your memories</a></p></body></html>\n'
 )
-
-
-def runtime_dir(environ: Mapping[str, str] = os.environ) -> Path | None:
-    """`XDG_RUNTIME_DIR` if it names a directory of this user's that others cannot enter; else None."""
-    value = environ.get(RUNTIME_DIR_VARIABLE, "")
-    if sys.platform == "win32" or not value or not os.path.isabs(value):
-        return None
-    try:
-        status = os.lstat(value)
-    except OSError:
-        return None
-    if not stat.S_ISDIR(status.st_mode) or status.st_uid != os.geteuid() or status.st_mode & 0o077:
-        return None
-    return Path(value)
 
 
 class Handoff:
@@ -68,7 +52,7 @@ class Handoff:
     @classmethod
     def write(cls, url: str, environ: Mapping[str, str] = os.environ) -> Handoff:
         """Write the forwarding file for `url` (see the module docstring)."""
-        directory = runtime_dir(environ)
+        directory = user_runtime_dir(environ)
         made_dir = None
         if directory is None:
             # mkdtemp makes the directory 0700 whatever the umask.

@@ -1,0 +1,196 @@
+"""The parts of the shared memory process that run in this interpreter: the hello, the channel's directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from squirrel_mcp.cli.memory_process import DEFAULT_IDLE, idle_seconds
+from squirrel_mcp.core.channel import (
+    Channel,
+    ChannelError,
+    PeerRefused,
+    check_peer,
+    runtime_directory,
+    try_lock,
+)
+from squirrel_mcp.core.config import Config
+from squirrel_mcp.core.hello import Hello, HelloError, answer, identity, read_answer, refusal, settings
+
+PASSPHRASE = "correct horse battery staple"
+
+
+def config(tmp_path: Path, **env: str) -> tuple[Config, dict[str, str]]:
+    environment = {
+        "SQUIRREL_VAULT": str(tmp_path / "vault.sqlite3"),
+        "SQUIRREL_PASSPHRASE": PASSPHRASE,
+        **env,
+    }
+    return Config.from_env(environment), environment
+
+
+def hello(tmp_path: Path, **env: str) -> Hello:
+    made, environment = config(tmp_path, **env)
+    return Hello(identity(made), settings(made, environment), made.passphrase)
+
+
+def test_the_same_settings_and_passphrase_are_taken(tmp_path: Path) -> None:
+    assert refusal(hello(tmp_path), hello(tmp_path), "the vault") is None
+
+
+def test_other_settings_are_named_with_both_values_and_no_secret(tmp_path: Path) -> None:
+    ours = hello(tmp_path, SQUIRREL_MCP_PLUGINS="")
+    theirs = hello(tmp_path, SQUIRREL_MEMORY_EMBEDDINGS="0", SQUIRREL_MCP_PLUGINS="embeddings")
+    line = refusal(ours, theirs, "the vault at X")
+    assert line is not None
+    assert "SQUIRREL_MCP_PLUGINS: unset there, embeddings here" in line
+    assert "SQUIRREL_MEMORY_EMBEDDINGS: unset there, 0 here" in line
+    assert PASSPHRASE not in line
+
+
+def test_the_sharing_variables_and_secrets_are_no_settings(tmp_path: Path) -> None:
+    ours = hello(tmp_path)
+    theirs = hello(tmp_path, SQUIRREL_MCP_SHARED_IDLE="5", SQUIRREL_NEW_PASSPHRASE="another one entirely")
+    assert refusal(ours, theirs, "the vault") is None
+    assert "SQUIRREL_PASSPHRASE" not in ours.settings
+
+
+def test_another_passphrase_or_none_is_refused(tmp_path: Path) -> None:
+    ours = hello(tmp_path)
+    for other in ("a different passphrase", None):
+        theirs = Hello(ours.identity, ours.settings, other)
+        line = refusal(ours, theirs, "the vault at X")
+        assert line is not None and "this host's passphrase is not the one" in line
+        assert PASSPHRASE not in line and "different" not in line
+
+
+def test_another_vault_is_refused(tmp_path: Path) -> None:
+    ours = hello(tmp_path)
+    theirs = hello(tmp_path / "elsewhere")
+    line = refusal(ours, theirs, "the vault at X")
+    assert line is not None and "another vault" in line
+
+
+def test_a_sync_account_is_told_apart_by_its_key_without_holding_it(tmp_path: Path) -> None:
+    one, _ = config(
+        tmp_path, SQUIRREL_API_BASE_URL="https://sync.example.org", SQUIRREL_API_KEY="sqk_first_key"
+    )
+    two, _ = config(
+        tmp_path, SQUIRREL_API_BASE_URL="https://sync.example.org", SQUIRREL_API_KEY="sqk_other_key"
+    )
+    assert identity(one) != identity(two)
+    assert "sqk_first_key" not in identity(one)
+
+
+def test_a_hello_round_trips_and_anything_else_is_refused(tmp_path: Path) -> None:
+    ours = hello(tmp_path)
+    assert Hello.read(ours.line()) == ours
+    for line in [
+        b"not json",
+        b"[]",
+        json.dumps({"squirrel-mcp": 2, "identity": "x", "settings": {}}).encode(),
+        json.dumps({"squirrel-mcp": 1, "identity": 3, "settings": {}}).encode(),
+        json.dumps({"squirrel-mcp": 1, "identity": "x", "settings": {"a": 1}}).encode(),
+        json.dumps({"squirrel-mcp": 1, "identity": "x", "settings": {}, "passphrase": 5}).encode(),
+    ]:
+        with pytest.raises(HelloError):
+            Hello.read(line)
+    assert read_answer(answer(None)) is None
+    assert read_answer(answer("no, because")) == "no, because"
+    with pytest.raises(HelloError):
+        read_answer(b'{"ok": false}')
+
+
+def test_the_idle_setting() -> None:
+    assert idle_seconds({}) == DEFAULT_IDLE
+    assert idle_seconds({"SQUIRREL_MCP_SHARED_IDLE": "0"}) == 0
+    assert idle_seconds({"SQUIRREL_MCP_SHARED_IDLE": "2.5"}) == 2.5
+    for bad in ("-1", "soon", "nan", "inf"):
+        with pytest.raises(ValueError, match="SQUIRREL_MCP_SHARED_IDLE must be a number"):
+            idle_seconds({"SQUIRREL_MCP_SHARED_IDLE": bad})
+
+
+def test_the_runtime_directory_is_used_when_it_is_the_users_alone(tmp_path: Path) -> None:
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    made = runtime_directory({"XDG_RUNTIME_DIR": str(runtime)})
+    assert made == runtime / "squirrel-mcp"
+    assert made.stat().st_mode & 0o777 == 0o700
+
+
+def test_an_open_runtime_directory_is_passed_over_and_an_open_channel_directory_refused(
+    tmp_path: Path,
+) -> None:
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    runtime.chmod(0o755)
+    assert runtime_directory({"XDG_RUNTIME_DIR": str(runtime)}).parent != runtime
+    runtime.chmod(0o700)
+    (runtime / "squirrel-mcp").mkdir(mode=0o700)
+    (runtime / "squirrel-mcp").chmod(0o733)
+    # Its own directory open to others: the temporary directory's instead, never the open one.
+    assert runtime_directory({"XDG_RUNTIME_DIR": str(runtime)}).parent != runtime
+
+
+def test_a_link_or_another_users_directory_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    target = tmp_path / "elsewhere"
+    target.mkdir(mode=0o700)
+    (tmp_path / f"squirrel-mcp-{os.getuid()}").symlink_to(target)
+    with pytest.raises(ChannelError, match="is not a directory"):
+        runtime_directory({})
+    (tmp_path / f"squirrel-mcp-{os.getuid()}").unlink()
+    if os.geteuid() == 0:
+        (tmp_path / f"squirrel-mcp-{os.getuid()}").mkdir(mode=0o700)
+        os.chown(tmp_path / f"squirrel-mcp-{os.getuid()}", 65534, 65534)
+        with pytest.raises(ChannelError, match="belongs to another user"):
+            runtime_directory({})
+
+
+def test_a_socket_path_too_long_for_the_system_is_refused(tmp_path: Path) -> None:
+    runtime = tmp_path / ("r" * 90)
+    runtime.mkdir(mode=0o700)
+    with pytest.raises(ChannelError, match="too long"):
+        Channel.of("vault X", {"XDG_RUNTIME_DIR": str(runtime)})
+
+
+def test_the_lock_is_held_by_one_holder_at_a_time(tmp_path: Path) -> None:
+    lock = tmp_path / "x.lock"
+    first = try_lock(lock)
+    assert first is not None
+    try:
+        # flock locks belong to the open file: a second open, even in this process, is refused.
+        assert try_lock(lock) is None
+        assert lock.read_text().strip() == str(os.getpid())
+    finally:
+        os.close(first)
+    second = try_lock(lock)
+    assert second is not None
+    os.close(second)
+
+
+def test_the_peer_check_reads_the_kernels_user_id() -> None:
+    left, right = socket.socketpair(socket.AF_UNIX)
+    try:
+        check_peer(left)
+        if os.geteuid() == 0:
+            os.seteuid(65534)
+            try:
+                other_left, other_right = socket.socketpair(socket.AF_UNIX)
+            finally:
+                os.seteuid(0)
+            try:
+                with pytest.raises(PeerRefused, match="uid 65534"):
+                    check_peer(other_left)
+            finally:
+                other_left.close()
+                other_right.close()
+    finally:
+        left.close()
+        right.close()
