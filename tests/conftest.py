@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -242,10 +243,36 @@ def vault_env(tmp_path: Path) -> dict[str, str]:
     }
 
 
+# SQUIRREL_TEST_SHARED=1 runs every server a test starts through `server_params` as a host's
+# bridge to the vault's one memory process (SQUIRREL_MCP_SHARED=1), ending once its last bridge
+# has gone; `nox -s tests_shared` runs the suite so. Unset, each is a server of its own.
+SHARED_MODE = os.environ.get("SQUIRREL_TEST_SHARED") == "1"
+_shared_runtime: list[str] = []
+
+
+def shared_runtime() -> str:
+    """This test process's channel directory for the memory processes (short: a socket's path is)."""
+    if not _shared_runtime:
+        _shared_runtime.append(tempfile.mkdtemp(prefix="sq-rt-"))
+    return _shared_runtime[0]
+
+
+def in_shared_mode(env: dict[str, str]) -> dict[str, str]:
+    """`env` for a bridge, in the suite's shared mode; as it is otherwise, or where a test chose."""
+    if not SHARED_MODE or "SQUIRREL_MCP_SHARED" in env:
+        return env
+    return {
+        "SQUIRREL_MCP_SHARED": "1",
+        "SQUIRREL_MCP_SHARED_IDLE": "0",
+        "XDG_RUNTIME_DIR": shared_runtime(),
+        **env,
+    }
+
+
 def server_params(env: dict[str, str]) -> StdioServerParameters:
     """Start the installed server the way an MCP client does."""
     secrets_of_this_test().add_env(env)
-    return StdioServerParameters(command=sys.executable, args=["-m", "squirrel_mcp"], env=env)
+    return StdioServerParameters(command=sys.executable, args=["-m", "squirrel_mcp"], env=in_shared_mode(env))
 
 
 def run_cli(

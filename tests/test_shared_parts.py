@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from squirrel_mcp.cli.memory_process import DEFAULT_IDLE, idle_seconds
 from squirrel_mcp.core.channel import (
     Channel,
     ChannelError,
@@ -19,7 +18,17 @@ from squirrel_mcp.core.channel import (
     try_lock,
 )
 from squirrel_mcp.core.config import Config
-from squirrel_mcp.core.hello import Hello, HelloError, answer, identity, read_answer, refusal, settings
+from squirrel_mcp.core.hello import (
+    DEFAULT_IDLE,
+    Hello,
+    HelloError,
+    answer,
+    identity,
+    idle_seconds,
+    read_answer,
+    refusal,
+    settings,
+)
 
 PASSPHRASE = "correct horse battery staple"
 
@@ -106,12 +115,12 @@ def test_a_hello_round_trips_and_anything_else_is_refused(tmp_path: Path) -> Non
 
 
 def test_the_idle_setting() -> None:
-    assert idle_seconds({}) == DEFAULT_IDLE
-    assert idle_seconds({"SQUIRREL_MCP_SHARED_IDLE": "0"}) == 0
-    assert idle_seconds({"SQUIRREL_MCP_SHARED_IDLE": "2.5"}) == 2.5
+    assert idle_seconds(None) == DEFAULT_IDLE
+    assert idle_seconds("0") == 0
+    assert idle_seconds("2.5") == 2.5
     for bad in ("-1", "soon", "nan", "inf"):
         with pytest.raises(ValueError, match="SQUIRREL_MCP_SHARED_IDLE must be a number"):
-            idle_seconds({"SQUIRREL_MCP_SHARED_IDLE": bad})
+            idle_seconds(bad)
 
 
 def test_the_runtime_directory_is_used_when_it_is_the_users_alone(tmp_path: Path) -> None:

@@ -1,10 +1,14 @@
 """The `squirrel-mcp` command.
 
-main.py      the parser and `main`, the script's entry point
+entry.py     the script's entry point: a host's bridge starts there, the rest goes to main.py
+main.py      the parser and `main`
 unlock.py    how every command (and the server) opens the vault or sync account; error lines
 account.py   `init` and `passphrase`
 backup.py    `export` and `import`
 serve.py     serving MCP over stdio (the default command) and the page (`ui`)
+bridge.py    a host's bridge to the vault's one memory process (SQUIRREL_MCP_SHARED=1)
+memory_process.py  the memory process serving every bridge of a vault
+background.py  the unlock in a thread, for both servers
 browse.py    `search`, `list`, `show`: the server's own tools, called in process
 doctor.py    `doctor`: one line per check, each with its fix
 hosts.py     the MCP hosts' config files `doctor` reads, and their squirrel-mcp entries

@@ -22,8 +22,17 @@ import threading
 import time
 from typing import IO, Any
 
-from squirrel_mcp.core.channel import Channel, PeerRefused
-from squirrel_mcp.core.hello import Hello, HelloError, read_answer
+from squirrel_mcp.core.channel import Channel, ChannelError, PeerRefused, supported, try_lock
+from squirrel_mcp.core.config import Config, ConfigError
+from squirrel_mcp.core.hello import (
+    IDLE_VARIABLE,
+    Hello,
+    HelloError,
+    identity,
+    idle_seconds,
+    read_answer,
+    settings,
+)
 from squirrel_mcp.core.lines import log_line
 
 # How long a bridge waits for a memory process it started to listen, in seconds.
@@ -40,6 +49,9 @@ LOST = (
 )
 LOST_CODE = -32603
 REPLAYED_ID = "squirrel-mcp-bridge-initialize"
+# What `bridged` returns when it relayed the session, and what the server is told when it was not tried.
+RELAYED = "relayed"
+NOT_TRIED = "not tried"
 
 
 class Unreachable(Exception):
@@ -133,42 +145,52 @@ class Bridge:
         """
         deadline = time.monotonic() + START_WAIT
         child: subprocess.Popen[bytes] | None = None
+        # Of the bridges that find no process, the one holding the start lock starts it; the
+        # others wait for it to listen (so that hosts started together start one process).
+        starting: int | None = None
         if self.log_seen is None:
             self.log_seen = self._log_size()
-        while time.monotonic() < deadline:
-            try:
-                connection = self.channel.connect()
-            except PeerRefused as refused:
-                raise Unreachable(f"the vault's channel is held by another user: {refused}") from None
-            except OSError as error:
-                cause = type(error).__name__
-                raise Unreachable(f"the vault's channel could not be reached ({cause})") from None
-            if connection is not None:
-                reader = connection.makefile("rb")
-                try:
-                    connection.sendall(self.hello.line())
-                    answered = reader.readline()
-                    said = read_answer(answered) if answered else ""
-                except (OSError, HelloError):
-                    said = ""
-                if said == "":
-                    # The process ended (or is ending) between the connection and its answer.
-                    reader.close()
-                    connection.close()
-                    time.sleep(0.05)
-                    continue
-                if said is not None:
-                    reader.close()
-                    connection.close()
-                    return said
-                return connection, reader
-            # A process that lost the race for the vault's lock leaves: start another.
-            if child is None or child.poll() is not None:
-                child = self._start()
-            time.sleep(0.05)
+        try:
+            while time.monotonic() < deadline:
+                connected = self._hello()
+                if connected is not None:
+                    return connected
+                if starting is None:
+                    starting = try_lock(self.channel.start_path)
+                if starting is not None and (child is None or child.poll() is not None):
+                    child = self._start()
+                time.sleep(0.05)
+        finally:
+            if starting is not None:
+                os.close(starting)
         raise Unreachable(
             f"no memory process listened within {START_WAIT:g} s; its log is {self.channel.log_path}"
         )
+
+    def _hello(self) -> tuple[socket.socket, IO[bytes]] | str | None:
+        """Connected and taken (the connection), or refused (the line); None: no process answered."""
+        try:
+            connection = self.channel.connect()
+        except PeerRefused as refused:
+            raise Unreachable(f"the vault's channel is held by another user: {refused}") from None
+        except OSError as error:
+            cause = type(error).__name__
+            raise Unreachable(f"the vault's channel could not be reached ({cause})") from None
+        if connection is None:
+            return None
+        reader = connection.makefile("rb")
+        try:
+            connection.sendall(self.hello.line())
+            answered = reader.readline()
+            said = read_answer(answered) if answered else ""
+        except (OSError, HelloError):
+            said = ""
+        if said is None:
+            return connection, reader
+        reader.close()
+        connection.close()
+        # "": the process ended (or is ending) between the connection and its answer.
+        return said or None
 
 
 class Relay:
@@ -356,3 +378,43 @@ def run(bridge: Bridge) -> str | None:
     stop.set()
     log.join(LOG_EVERY * 4)
     return None
+
+
+def bridged(config: Config, env: dict[str, str]) -> str | None:
+    """With SQUIRREL_MCP_SHARED=1, the session relayed to the vault's memory process (RELAYED).
+
+    Otherwise the line this host was refused with (or why the sharing's settings are
+    wrong), or None: this process serves on its own, as where SQUIRREL_MCP_SHARED is
+    not set, or no local channel can be made (it says so in one line).
+    """
+    shared = env.get("SQUIRREL_MCP_SHARED") or "0"
+    if shared not in ("0", "1"):
+        return "SQUIRREL_MCP_SHARED must be 1 (one memory process for every host) or 0 (one per host)"
+    if shared == "0":
+        return None
+    try:
+        idle_seconds(env.get(IDLE_VARIABLE))
+    except ValueError:
+        return "SQUIRREL_MCP_SHARED_IDLE must be a number of seconds, 0 or more"
+    if not supported():
+        log_line("no local channel can be made on this system: this host's server runs on its own")
+        return None
+    if not config.passphrase or (config.remote and not config.api_key):
+        from squirrel_mcp.cli.unlock import from_keychain
+
+        config = from_keychain(config)
+    try:
+        config.check()
+        channel = Channel.of(identity(config), env)
+    except ConfigError:
+        return None  # the server on its own says what is wrong, as always
+    except ChannelError as error:
+        log_line(f"{error}: this host's server runs on its own")
+        return None
+    hello = Hello(identity(config), settings(config, env), config.passphrase)
+    try:
+        refused = run(Bridge(channel, hello, env))
+    except Unreachable as error:
+        log_line(f"{error}: this host's server runs on its own")
+        return None
+    return RELAYED if refused is None else refused

@@ -42,6 +42,7 @@ import pluggy
 
 from squirrel_mcp import __version__
 from squirrel_mcp.cli import browse
+from squirrel_mcp.cli.bridge import NOT_TRIED
 from squirrel_mcp.cli.serve import cmd_browse, cmd_serve, cmd_ui
 from squirrel_mcp.core.config import Config
 from squirrel_mcp.core.lines import log_line
@@ -158,14 +159,14 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `squirrel-mcp` script."""
+def main(argv: list[str] | None = None, bridged: str | None = NOT_TRIED) -> int:
+    """The command line (`squirrel_mcp.cli.entry` calls it); `bridged`: what the bridge came to, if tried."""
     pm = get_plugin_manager()
     load_plugins(pm)
     args = build_parser(pm).parse_args(argv)
     config = Config.from_env()
     try:
-        return run_command(args, config, pm)
+        return run_command(args, config, pm, bridged)
     except KeyboardInterrupt:
         return 130
     except Exception as error:
@@ -178,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def run_command(args: argparse.Namespace, config: Config, pm: pluggy.PluginManager) -> int:
+def run_command(
+    args: argparse.Namespace, config: Config, pm: pluggy.PluginManager, bridged: str | None = NOT_TRIED
+) -> int:
     """Run the parsed command, importing its code only then (serving, the default, imports least)."""
     if getattr(args, "run", None) is not None:
         # A plugin's subcommand (register_commands): it reads its own settings.
@@ -205,7 +208,7 @@ def run_command(args: argparse.Namespace, config: Config, pm: pluggy.PluginManag
         from squirrel_mcp.cli import doctor
 
         return doctor.run(config, accept_log=args.accept_log)
-    return cmd_serve(config, pm)
+    return cmd_serve(config, pm, bridged)
 
 
 def _run_import(args: argparse.Namespace, config: Config) -> int:

@@ -34,7 +34,17 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from squirrel_mcp.cli.background import open_in_background
 from squirrel_mcp.core.channel import Channel, PeerRefused, check_peer, try_lock
 from squirrel_mcp.core.config import Config
-from squirrel_mcp.core.hello import MAX_HELLO, Hello, HelloError, answer, identity, refusal, settings
+from squirrel_mcp.core.hello import (
+    IDLE_VARIABLE,
+    MAX_HELLO,
+    Hello,
+    HelloError,
+    answer,
+    identity,
+    idle_seconds,
+    refusal,
+    settings,
+)
 from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.plugins.manager import PluginHost
 
@@ -52,21 +62,6 @@ HELLO_WAIT = 10.0
 MAX_LINE = 64 * 1024 * 1024
 # How long a memory process started beside a running one waits for the vault's lock.
 LOCK_WAIT = 120.0
-DEFAULT_IDLE = 600.0
-
-
-def idle_seconds(env: dict[str, str]) -> float:
-    """SQUIRREL_MCP_SHARED_IDLE: how long the process stays with no bridge; ValueError when malformed."""
-    value = env.get("SQUIRREL_MCP_SHARED_IDLE") or ""
-    if not value:
-        return DEFAULT_IDLE
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = float("nan")
-    if not 0 <= seconds < float("inf"):
-        raise ValueError("SQUIRREL_MCP_SHARED_IDLE must be a number of seconds, 0 or more")
-    return seconds
 
 
 def wait_for_lock(channel: Channel) -> int | None:
@@ -227,7 +222,7 @@ def cmd_memory_process(config: Config, pm: pluggy.PluginManager) -> int:
     from squirrel_mcp.server.opening import Opening
 
     env = dict(os.environ)
-    idle = idle_seconds(env)
+    idle = idle_seconds(env.get(IDLE_VARIABLE))
     config = from_keychain(config)
     channel = Channel.of(identity(config), env)
     lock = wait_for_lock(channel)

@@ -14,7 +14,9 @@ import threading
 
 import pluggy
 
+from squirrel_mcp.cli import bridge
 from squirrel_mcp.cli.background import open_in_background
+from squirrel_mcp.cli.bridge import NOT_TRIED
 from squirrel_mcp.core.config import Config
 from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager, load_plugins
@@ -41,14 +43,15 @@ def cmd_browse(config: Config, pm: pluggy.PluginManager, args: argparse.Namespac
         store.close()
 
 
-def cmd_serve(config: Config, pm: pluggy.PluginManager) -> int:
+def cmd_serve(config: Config, pm: pluggy.PluginManager, bridged: str | None = NOT_TRIED) -> int:
     """Serve MCP over stdio until the client closes it, unlocking the account in the background.
 
     The handshake and tools/list are answered at once; tool calls wait for the
     unlock. When it fails the server keeps serving: every tool call gets the line
     it printed on stderr. A person at a terminal without SQUIRREL_PASSPHRASE is
     asked for it first, as the other commands ask. With SQUIRREL_MCP_SHARED=1 this
-    process is a bridge to the vault's one memory process instead (`_bridged`).
+    process is a bridge to the vault's one memory process instead (`bridge.bridged`);
+    `bridged` is its outcome when the script's entry point tried it already.
     """
     from squirrel_mcp.server.app import create_server
     from squirrel_mcp.server.opening import Opening
@@ -56,8 +59,9 @@ def cmd_serve(config: Config, pm: pluggy.PluginManager) -> int:
     host = PluginHost(pm)
     opening = Opening()
     at_terminal = not config.passphrase and sys.stdin.isatty()
-    bridged = None if at_terminal else _bridged(config)
-    if bridged == RELAYED:
+    if bridged == NOT_TRIED:
+        bridged = None if at_terminal else bridge.bridged(config, dict(os.environ))
+    if bridged == bridge.RELAYED:
         return 0
     if bridged is not None:
         # Refused by the running memory process, or a setting of the sharing is wrong: every
@@ -84,57 +88,6 @@ def cmd_serve(config: Config, pm: pluggy.PluginManager) -> int:
         host.shutdown()
         opening.close()
     return 0
-
-
-# What `_bridged` returns when it relayed the session to the memory process.
-RELAYED = "relayed"
-
-
-def _bridged(config: Config) -> str | None:
-    """With SQUIRREL_MCP_SHARED=1, the session relayed to the vault's memory process (RELAYED).
-
-    Otherwise the line this host was refused with (or why the sharing's settings are
-    wrong), or None: this process serves on its own, as where SQUIRREL_MCP_SHARED is
-    not set, or no local channel can be made (it says so in one line).
-    """
-    env = dict(os.environ)
-    shared = env.get("SQUIRREL_MCP_SHARED") or "0"
-    if shared not in ("0", "1"):
-        return "SQUIRREL_MCP_SHARED must be 1 (one memory process for every host) or 0 (one per host)"
-    if shared == "0":
-        return None
-    from squirrel_mcp.cli import bridge
-    from squirrel_mcp.cli.memory_process import idle_seconds
-    from squirrel_mcp.core.channel import Channel, ChannelError, supported
-    from squirrel_mcp.core.config import ConfigError
-    from squirrel_mcp.core.hello import Hello, identity, settings
-
-    try:
-        idle_seconds(env)
-    except ValueError:
-        return "SQUIRREL_MCP_SHARED_IDLE must be a number of seconds, 0 or more"
-    if not supported():
-        log_line("no local channel can be made on this system: this host's server runs on its own")
-        return None
-    if not config.passphrase or (config.remote and not config.api_key):
-        from squirrel_mcp.cli.unlock import from_keychain
-
-        config = from_keychain(config)
-    try:
-        config.check()
-        channel = Channel.of(identity(config), env)
-    except ConfigError:
-        return None  # the server on its own says what is wrong, as always
-    except ChannelError as error:
-        log_line(f"{error}: this host's server runs on its own")
-        return None
-    hello = Hello(identity(config), settings(config, env), config.passphrase)
-    try:
-        refused = bridge.run(bridge.Bridge(channel, hello, env))
-    except bridge.Unreachable as error:
-        log_line(f"{error}: this host's server runs on its own")
-        return None
-    return RELAYED if refused is None else refused
 
 
 def cmd_ui(args: argparse.Namespace, pm: pluggy.PluginManager | None) -> int:

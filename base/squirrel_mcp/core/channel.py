@@ -123,6 +123,11 @@ class Channel:
         return self.directory / f"{self.name}.lock"
 
     @property
+    def start_path(self) -> Path:
+        """The lock a bridge holds while it starts the memory process (others wait for it)."""
+        return self.directory / f"{self.name}.start"
+
+    @property
     def log_path(self) -> Path:
         """Where the memory process writes its log lines."""
         return self.directory / f"{self.name}.log"

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from squirrel_mcp.core.config import Config
 
 PROTOCOL = 1
+IDLE_VARIABLE = "SQUIRREL_MCP_SHARED_IDLE"
+# How long a memory process stays once no bridge is connected, in seconds, unless IDLE_VARIABLE says.
+DEFAULT_IDLE = 600.0
 # The longest hello read: a hello is a few hundred bytes; a longer line is no bridge's.
 MAX_HELLO = 64 * 1024
 # Variables that are not settings of the memory process: the secrets (compared on their own),
@@ -142,3 +145,16 @@ def read_answer(line: bytes) -> str | None:
     if isinstance(message, dict) and isinstance(message.get("refused"), str):
         return str(message["refused"])
     raise HelloError("no answer to the hello")
+
+
+def idle_seconds(value: str | None) -> float:
+    """How long the process stays with no bridge, from SQUIRREL_MCP_SHARED_IDLE; ValueError if malformed."""
+    if not value:
+        return DEFAULT_IDLE
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 <= seconds < float("inf"):
+        raise ValueError("SQUIRREL_MCP_SHARED_IDLE must be a number of seconds, 0 or more")
+    return seconds
