@@ -16,11 +16,10 @@ import contextlib
 import json
 import os
 import socket
-import subprocess
 import sys
 import threading
 import time
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from squirrel_mcp.core.channel import Channel, ChannelError, PeerRefused, supported, try_lock
 from squirrel_mcp.core.config import Config, ConfigError
@@ -34,6 +33,10 @@ from squirrel_mcp.core.hello import (
     settings,
 )
 from squirrel_mcp.core.lines import log_line
+
+if TYPE_CHECKING:
+    # Imported where a bridge starts the memory process only: a bridge stays small.
+    import subprocess
 
 # How long a bridge waits for a memory process it started to listen, in seconds.
 START_WAIT = 60.0
@@ -117,6 +120,8 @@ class Bridge:
 
     def _start(self) -> subprocess.Popen[bytes]:
         """A memory process, started with this bridge's environment, its stderr to the channel's log."""
+        import subprocess
+
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
         with contextlib.suppress(FileNotFoundError):
             if self.channel.log_path.stat().st_size > MAX_LOG:

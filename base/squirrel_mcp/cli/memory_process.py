@@ -182,6 +182,10 @@ class MemoryProcess:
             except HelloError as error:
                 log_line(f"a connection that is no bridge was closed ({error})")
                 return False
+            if self.opening.failure() is not None:
+                # Failed, and about to stop listening: no answer, so the bridge starts a fresh
+                # process, which its own passphrase may unlock.
+                return False
             refused = refusal(self.ours, hello, self.where)
             await stream.send(answer(refused))
             return refused is None

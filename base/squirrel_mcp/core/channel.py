@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import socket
 import stat
 import struct
 import sys
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +40,22 @@ class ChannelError(Exception):
 
 class PeerRefused(Exception):
     """The other end of a connection is not this user."""
+
+
+def _sha256_hex(data: bytes) -> str:
+    """SHA-256 of `data`, hex, from CPython's own module where it has one.
+
+    hashlib loads OpenSSL, about 4 MB of every bridge's memory for this one digest; the
+    built-in module gives the same digest (and hashlib is the fallback elsewhere).
+    """
+    try:
+        from _sha2 import sha256  # type: ignore[import-not-found]  # CPython 3.12 and later
+    except ImportError:
+        try:
+            from _sha256 import sha256  # type: ignore[import-not-found]  # CPython 3.11
+        except ImportError:
+            from hashlib import sha256
+    return str(sha256(data).hexdigest())
 
 
 def supported() -> bool:
@@ -87,6 +101,8 @@ def runtime_directory(env: Mapping[str, str] | None = None) -> Path:
             return _own_private_directory(user_runtime / "squirrel-mcp", create=True)
         except (ChannelError, OSError):
             pass  # unusable: the temporary directory's, as where none is set
+    import tempfile  # here only: most machines have a runtime directory, and a bridge stays small
+
     try:
         shared_temporary = Path(tempfile.gettempdir()) / f"squirrel-mcp-{os.getuid()}"
         return _own_private_directory(shared_temporary, create=True)
@@ -104,7 +120,7 @@ class Channel:
     @classmethod
     def of(cls, identity: str, env: Mapping[str, str] | None = None) -> Channel:
         """The channel of the vault or account `identity` names (see the module's docstring)."""
-        name = hashlib.sha256(identity.encode("utf-8")).hexdigest()[:24]
+        name = _sha256_hex(identity.encode("utf-8"))[:24]
         channel = cls(runtime_directory(env), name)
         if len(os.fsencode(channel.socket_path)) > MAX_SOCKET_PATH:
             raise ChannelError(

@@ -12,7 +12,6 @@ squirrel_mcp.core.channel), and nothing of the hello is ever logged.
 
 from __future__ import annotations
 
-import hmac
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -56,6 +55,8 @@ def identity(config: Config) -> str:
     """The vault or account a memory process serves: a local vault's full path, or the server and key."""
     if config.api_base_url is None:
         return f"vault {config.vault_path.expanduser().resolve()}"
+    import hmac  # only for a sync account: a local vault's bridge does without OpenSSL
+
     key = hmac.new(b"squirrel-mcp channel", (config.api_key or "").encode("utf-8"), "sha256").hexdigest()
     return f"account {check_api_base_url(config.api_base_url)} {key}"
 
@@ -105,8 +106,11 @@ class Hello:
         return cls(where, given, passphrase)
 
 
-def _text(secret: str | None) -> bytes:
-    return (secret or "").encode("utf-8")
+def _same(one: str | None, other: str | None) -> bool:
+    """Whether two secrets are the same, compared in constant time."""
+    import hmac
+
+    return hmac.compare_digest((one or "").encode("utf-8"), (other or "").encode("utf-8"))
 
 
 def refusal(ours: Hello, theirs: Hello, where: str) -> str | None:
@@ -121,7 +125,7 @@ def refusal(ours: Hello, theirs: Hello, where: str) -> str | None:
             for name in names
         )
         return f"the memory process of {where} runs with other settings than this host's ({described}); {FIX}"
-    if not hmac.compare_digest(_text(ours.passphrase), _text(theirs.passphrase)):
+    if not _same(ours.passphrase, theirs.passphrase):
         return (
             f"this host's passphrase is not the one the memory process of {where} was unlocked with; "
             f"nothing was done: give every host of this vault the same passphrase, or {ON_ITS_OWN}"
