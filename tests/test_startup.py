@@ -220,8 +220,9 @@ sys.exit(main([]))
 async def test_the_server_is_built_before_the_vault_or_the_model_code_is_imported(
     vault_env: dict[str, str],
 ) -> None:
-    # With the embeddings plugin loaded, as most installs have it.
-    env = {**vault_env, "SQUIRREL_MCP_PLUGINS": "embeddings"}
+    # With the embeddings plugin loaded, as most installs have it; a server of its own (the
+    # spy is in this process: a memory process builds its server the same way).
+    env = {**vault_env, "SQUIRREL_MCP_PLUGINS": "embeddings", "SQUIRREL_MCP_SHARED": "0"}
     make_vault(Path(env["SQUIRREL_VAULT"]))
     params = server_params(env)
     params = params.model_copy(update={"args": ["-c", HANDSHAKE_SPY]})
