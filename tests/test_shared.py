@@ -82,6 +82,9 @@ def shared_env(vault_env: dict[str, str]) -> Iterator[dict[str, str]]:
     """vault_env for bridges, on a channel directory of this test; its processes killed after."""
     runtime = tempfile.mkdtemp(prefix="sq-run-")
     env = {**vault_env, "SQUIRREL_MCP_SHARED": "1", "XDG_RUNTIME_DIR": runtime}
+    # The cache directory is part of the channel's name: named, so that this process (whose own
+    # XDG_CACHE_HOME is not the servers') finds the same channel.
+    env["SQUIRREL_MEMORY_CACHE_DIR"] = vault_env["XDG_CACHE_HOME"]
     channel = channel_of(env)
     # The memory process's log is what its hosts' stderr shows: scanned for secrets too.
     secrets_of_this_test().stderr_files.append(channel.log_path)

@@ -24,7 +24,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import anyio
@@ -122,6 +122,31 @@ def _overdue(unanswered: int, waited: float) -> None:
     log_line(f"a bridge left with {unanswered} request(s) still unanswered after {waited:g} s")
 
 
+class Listening:
+    """The channel's socket and lock, as the memory process holds them; each let go of once."""
+
+    def __init__(self, channel: Channel, lock: int) -> None:
+        self.channel = channel
+        self.socket = channel.listen()
+        self._lock: int | None = lock
+        self._linked = True
+
+    def leave(self) -> None:
+        """Remove the socket's name: no new bridge reaches this process (it starts the next one)."""
+        if self._linked:
+            self._linked = False
+            with contextlib.suppress(FileNotFoundError):
+                self.channel.socket_path.unlink()
+
+    def stop(self, *, release: bool = True) -> None:
+        """Stop listening; `release` also gives up the vault's lock (once the store is closed)."""
+        self.leave()
+        self.socket.close()
+        if release and self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+
 class MemoryProcess:
     """The bridges' sessions on one server, and when to stop."""
 
@@ -135,13 +160,16 @@ class MemoryProcess:
         self.idle = idle
         self.bridges = 0
         self.last_left = time.monotonic()
+        # Set when no new bridge is to be taken: the process ends once its bridges have gone.
+        self.retiring = False
 
-    async def serve(self, listener: SocketListener, stop_listening: Callable[[], None]) -> None:
-        """Serve every bridge until the process is idle (or failed and left alone).
+    async def serve(self, listener: SocketListener, listening: Listening) -> None:
+        """Serve every bridge until the process is idle (or retiring, or failed, and left alone).
 
-        When the unlock fails, `stop_listening` is called at once: the next bridge then
-        starts a fresh process, which may be given the right passphrase.
+        When the unlock fails the process stops listening and gives up the lock at once:
+        the next bridge then starts a fresh process, which its passphrase may unlock.
         """
+        self.listening = listening
         async with anyio.create_task_group() as sessions:
             accepting = anyio.CancelScope()
             accepted = anyio.Event()
@@ -166,10 +194,16 @@ class MemoryProcess:
                 failed = self.opening.failure() is not None
                 if failed and not accepting.cancel_called:
                     await stop_accepting()
-                    stop_listening()
-                if self.bridges == 0 and (failed or time.monotonic() - self.last_left >= self.idle):
+                    listening.stop()
+                idle = time.monotonic() - self.last_left >= self.idle
+                if self.bridges == 0 and (failed or self.retiring or idle):
                     await stop_accepting()
                     break
+
+    def _retire(self) -> None:
+        """Take no new bridge from now on (the next one starts a fresh process)."""
+        self.retiring = True
+        self.listening.leave()
 
     async def _admitted(self, stream: SocketStream, lines: Lines) -> bool:
         """True when the bridge said its hello within HELLO_WAIT and was taken (it heard so)."""
@@ -182,11 +216,17 @@ class MemoryProcess:
             except HelloError as error:
                 log_line(f"a connection that is no bridge was closed ({error})")
                 return False
-            if self.opening.failure() is not None:
-                # Failed, and about to stop listening: no answer, so the bridge starts a fresh
-                # process, which its own passphrase may unlock.
-                return False
             refused = refusal(self.ours, hello, self.where)
+            if self.retiring:
+                return False
+            if refused is not None and (self.opening.failure() is not None or self.bridges == 1):
+                # No answer, so that the bridge starts a fresh process with its own settings and
+                # passphrase: this one's unlock failed (a bridge like the one that failed is taken,
+                # the failure is its answer too), or no other bridge uses it (a host restarted with
+                # a new config is not told to wait until this one is idle).
+                if self.opening.failure() is None:
+                    self._retire()
+                return False
             await stream.send(answer(refused))
             return refused is None
         return False
@@ -208,6 +248,10 @@ class MemoryProcess:
 
                 async with line_transport(lines, Replies(stream), on_overdue=_overdue) as (reads, writes):
                     await self.server.serve_session(reads, writes)
+                if self.bridges == 1 and self.idle == 0:
+                    # The last bridge, and no idle time: the next host, which may come at once
+                    # with other settings, starts a fresh process.
+                    self._retire()
         except (*CLOSED, anyio.DelimiterNotFound, OSError):
             pass  # the bridge went away: its session is over
         finally:
@@ -233,16 +277,7 @@ def cmd_memory_process(config: Config, pm: pluggy.PluginManager) -> int:
     if lock is None:
         return 0
     where = location(config)
-    listening = channel.listen()
-    held: list[int] = [lock]
-
-    def stop_listening(*, release: bool = True) -> None:
-        """Stop listening (once); `release` also gives up the lock (a failed unlock holds no store)."""
-        if listening.fileno() != -1:
-            channel.unlisten(listening)
-        if release and held:
-            os.close(held.pop())
-
+    listening = Listening(channel, lock)
     host = PluginHost(pm)
     opening = Opening()
     server = create_server(opening, host)
@@ -258,17 +293,17 @@ def cmd_memory_process(config: Config, pm: pluggy.PluginManager) -> int:
     signal.signal(signal.SIGHUP, _end)
 
     async def main() -> None:
-        await process.serve(await SocketListener.from_socket(listening), stop_listening)
+        await process.serve(await SocketListener.from_socket(listening.socket), listening)
 
     try:
         anyio.run(main)
     finally:
         # No bridge is served any more: the socket goes first, the lock once the store has
         # written its snapshot, so that no next process opens the vault before.
-        stop_listening(release=False)
+        listening.stop(release=False)
         host.shutdown()
         opening.close()
-        stop_listening()
+        listening.stop()
     return 0
 
 

@@ -181,12 +181,6 @@ class Channel:
         listener.listen(64)
         return listener
 
-    def unlisten(self, listener: socket.socket) -> None:
-        """Stop listening and remove the socket, so that the next bridge starts a new process."""
-        listener.close()
-        with contextlib.suppress(FileNotFoundError):
-            self.socket_path.unlink()
-
 
 def peer_uid(connection: socket.socket) -> int:
     """The user id of the process at the other end of a Unix socket connection."""

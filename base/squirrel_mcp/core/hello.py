@@ -52,24 +52,28 @@ class HelloError(Exception):
 
 
 def identity(config: Config) -> str:
-    """The vault or account a memory process serves: a local vault's full path, or the server and key."""
+    """What a memory process serves: a local vault's full path, or the server and key; and the cache.
+
+    The cache directory holds this machine's view of the log (checkpoint, snapshot, vector
+    file): hosts given different ones are as two machines, each with its own process.
+    """
+    cache = config.cache_dir.expanduser().resolve()
     if config.api_base_url is None:
-        return f"vault {config.vault_path.expanduser().resolve()}"
+        return f"vault {config.vault_path.expanduser().resolve()} cache {cache}"
     import hmac  # only for a sync account: a local vault's bridge does without OpenSSL
 
     key = hmac.new(b"squirrel-mcp channel", (config.api_key or "").encode("utf-8"), "sha256").hexdigest()
-    return f"account {check_api_base_url(config.api_base_url)} {key}"
+    return f"account {check_api_base_url(config.api_base_url)} {key} cache {cache}"
 
 
 def settings(config: Config, env: dict[str, str]) -> dict[str, str]:
-    """What must be the same for two hosts to share a memory process: version, variables, cache."""
+    """What must be the same for two hosts to share a memory process: the version, the variables."""
     chosen = {
         name: value
         for name, value in env.items()
         if name.startswith("SQUIRREL_") and value and name not in NOT_SETTINGS
     }
     chosen["squirrel-mcp version"] = __version__
-    chosen["cache directory"] = str(config.cache_dir.expanduser().resolve())
     return dict(sorted(chosen.items()))
 
 
