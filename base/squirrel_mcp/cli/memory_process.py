@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import anyio
+import anyio.to_thread
 from anyio.abc import SocketAttribute, SocketListener, SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
@@ -151,9 +152,17 @@ class MemoryProcess:
     """The bridges' sessions on one server, and when to stop."""
 
     def __init__(
-        self, server: SquirrelServer, opening: Opening, ours: Hello, where: str, idle: float
+        self,
+        server: SquirrelServer,
+        host: PluginHost,
+        opening: Opening,
+        ours: Hello,
+        where: str,
+        idle: float,
     ) -> None:
         self.server = server
+        self.host = host
+        self._closed = False
         self.opening = opening
         self.ours = ours
         self.where = where
@@ -199,6 +208,13 @@ class MemoryProcess:
                 if self.bridges == 0 and (failed or self.retiring or idle):
                     await stop_accepting()
                     break
+
+    def close(self) -> None:
+        """Stop the plugins and close the store (its snapshot written); again is a no-op."""
+        if not self._closed:
+            self._closed = True
+            self.host.shutdown()
+            self.opening.close()
 
     def _retire(self) -> None:
         """Take no new bridge from now on (the next one starts a fresh process)."""
@@ -250,8 +266,11 @@ class MemoryProcess:
                     await self.server.serve_session(reads, writes)
                 if self.bridges == 1 and self.idle == 0:
                     # The last bridge, and no idle time: the next host, which may come at once
-                    # with other settings, starts a fresh process.
+                    # with other settings, starts a fresh process; and this one's host sees
+                    # the end of the process as a server of its own's (the store closed, its
+                    # snapshot and vector file written) before its connection closes.
                     self._retire()
+                    await anyio.to_thread.run_sync(self.close)
         except (*CLOSED, anyio.DelimiterNotFound, OSError):
             pass  # the bridge went away: its session is over
         finally:
@@ -287,7 +306,7 @@ def cmd_memory_process(config: Config, pm: pluggy.PluginManager) -> int:
     threading.Thread(
         target=open_in_background, args=(config, host, opening, 0.0), name="squirrel-mcp-open", daemon=True
     ).start()
-    process = MemoryProcess(server, opening, ours, where, idle)
+    process = MemoryProcess(server, host, opening, ours, where, idle)
     # Ended by a signal (a logout, `kill`): as at the idle end, the store closed and its snapshot written.
     signal.signal(signal.SIGTERM, _end)
     signal.signal(signal.SIGHUP, _end)
@@ -301,8 +320,7 @@ def cmd_memory_process(config: Config, pm: pluggy.PluginManager) -> int:
         # No bridge is served any more: the socket goes first, the lock once the store has
         # written its snapshot, so that no next process opens the vault before.
         listening.stop(release=False)
-        host.shutdown()
-        opening.close()
+        process.close()
         listening.stop()
     return 0
 
