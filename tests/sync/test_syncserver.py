@@ -338,7 +338,8 @@ def bad_appends() -> list[tuple[str, Any]]:
         ("no records", {}),
         ("records not a list", {"records": good}),
         ("extra field", {"records": [{**good, "text": SECRET}]}),
-        ("memory id uppercase", {"records": [{**good, "memoryId": good["memoryId"].upper()}]}),
+        # An uppercase hex letter, whatever the random id: an id of digits only has none to raise.
+        ("memory id uppercase", {"records": [{**good, "memoryId": good["memoryId"][:15].upper() + "F"}]}),
         ("memory id too long", {"records": [{**good, "memoryId": good["memoryId"] + "00"}]}),
         ("revision 0", {"records": [{**good, "revision": 0}]}),
         ("revision too big", {"records": [{**good, "revision": 2**31}]}),
