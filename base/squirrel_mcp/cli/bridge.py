@@ -209,6 +209,7 @@ class Relay:
         # The requests sent and not yet answered: (id, method) by id.
         self.outstanding: dict[str, tuple[object, str]] = {}
         self.initialize: bytes | None = None
+        self.initialize_id: object = None
         self.initialize_answered = False
         self.initialized: bytes | None = None
         self.input_ended = False
@@ -274,7 +275,7 @@ class Relay:
             return
         method = message.get("method")
         if method == "initialize" and "id" in message:
-            self.initialize = line
+            self.initialize, self.initialize_id = line, message["id"]
         elif method == "notifications/initialized":
             self.initialized = line
         elif method == "notifications/cancelled":
@@ -310,8 +311,7 @@ class Relay:
         message = _message(line)
         if message is not None and "method" not in message and "id" in message:
             with self.changed:
-                initialize = _initialize_id(self.initialize)
-                if not self.initialize_answered and message.get("id") == initialize:
+                if self.initialize is not None and message.get("id") == self.initialize_id:
                     self.initialize_answered = True
                 self.outstanding.pop(_request_key(message["id"]), None)
         self.write_out(line if line.endswith(b"\n") else line + b"\n")
@@ -357,11 +357,6 @@ class Relay:
             raise OSError("ended during the handshake")
         if self.initialized is not None:
             connection.sendall(self.initialized)
-
-
-def _initialize_id(line: bytes | None) -> object:
-    message = _message(line) if line is not None else None
-    return None if message is None else message.get("id", None)
 
 
 def run(bridge: Bridge) -> str | None:
@@ -410,13 +405,14 @@ def bridged(config: Config, env: dict[str, str]) -> str | None:
         config = from_keychain(config)
     try:
         config.check()
-        channel = Channel.of(identity(config), env)
+        served = identity(config)
+        channel = Channel.of(served, env)
     except ConfigError:
         return None  # the server on its own says what is wrong, as always
     except ChannelError as error:
         log_line(f"{error}: this host's server runs on its own")
         return None
-    hello = Hello(identity(config), settings(config, env), config.passphrase)
+    hello = Hello(served, settings(config, env), config.passphrase)
     try:
         refused = run(Bridge(channel, hello, env))
     except Unreachable as error:

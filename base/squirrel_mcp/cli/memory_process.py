@@ -291,7 +291,8 @@ def cmd_memory_process(config: Config, pm: pluggy.PluginManager) -> int:
     env = dict(os.environ)
     idle = idle_seconds(env.get(IDLE_VARIABLE))
     config = from_keychain(config)
-    channel = Channel.of(identity(config), env)
+    served = identity(config)
+    channel = Channel.of(served, env)
     lock = wait_for_lock(channel)
     if lock is None:
         return 0
@@ -300,7 +301,7 @@ def cmd_memory_process(config: Config, pm: pluggy.PluginManager) -> int:
     host = PluginHost(pm)
     opening = Opening()
     server = create_server(opening, host)
-    ours = Hello(identity(config), settings(config, env), config.passphrase)
+    ours = Hello(served, settings(config, env), config.passphrase)
     # Built: the opening may take the interpreter (it does not wait for a first bridge).
     opening.serving()
     threading.Thread(
