@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from squirrel_mcp.core.channel import (
+    MAX_SOCKET_PATH,
     Channel,
     ChannelError,
     PeerRefused,
@@ -162,11 +165,36 @@ def test_a_link_or_another_users_directory_is_refused(
             runtime_directory({})
 
 
-def test_a_socket_path_too_long_for_the_system_is_refused(tmp_path: Path) -> None:
+def test_a_runtime_directory_too_long_for_a_socket_gives_way_to_the_temporary_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     runtime = tmp_path / ("r" * 90)
     runtime.mkdir(mode=0o700)
+    short = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's own temporary paths are too long here
+    try:
+        monkeypatch.setattr("tempfile.tempdir", str(short))
+        channel = Channel.of("vault X", {"XDG_RUNTIME_DIR": str(runtime)})
+        assert channel.directory == short / f"squirrel-mcp-{os.getuid()}"
+        assert not (runtime / "squirrel-mcp").exists()
+        # A runtime directory just short enough is the one used.
+        room = MAX_SOCKET_PATH - len(f"/squirrel-mcp/{channel.name}.sock") - len(str(short)) - 1
+        fits = short / ("f" * room)
+        fits.mkdir(mode=0o700)
+        chosen = Channel.of("vault X", {"XDG_RUNTIME_DIR": str(fits)})
+        assert chosen.directory == fits / "squirrel-mcp"
+        assert len(os.fsencode(chosen.socket_path)) == MAX_SOCKET_PATH
+    finally:
+        shutil.rmtree(short)
+
+
+def test_a_socket_path_too_long_everywhere_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    long_temporary = tmp_path / ("t" * 90)
+    long_temporary.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(long_temporary))
     with pytest.raises(ChannelError, match="too long"):
-        Channel.of("vault X", {"XDG_RUNTIME_DIR": str(runtime)})
+        Channel.of("vault X", {})
 
 
 def test_the_lock_is_held_by_one_holder_at_a_time(tmp_path: Path) -> None:

@@ -93,10 +93,14 @@ def user_runtime_dir(env: Mapping[str, str] | None = None) -> Path | None:
         return None
 
 
-def runtime_directory(env: Mapping[str, str] | None = None) -> Path:
-    """The directory of this user's channels; ChannelError when none is safe to use."""
+def runtime_directory(env: Mapping[str, str] | None = None, *, longest: int | None = None) -> Path:
+    """The directory of this user's channels; ChannelError when none is safe to use.
+
+    The user's runtime directory when it is usable and its path no longer than `longest`
+    bytes (a socket's path has a limit), else the temporary directory's.
+    """
     user_runtime = user_runtime_dir(env)
-    if user_runtime is not None:
+    if user_runtime is not None and (longest is None or len(os.fsencode(user_runtime)) <= longest):
         try:
             return _own_private_directory(user_runtime / "squirrel-mcp", create=True)
         except (ChannelError, OSError):
@@ -121,7 +125,9 @@ class Channel:
     def of(cls, identity: str, env: Mapping[str, str] | None = None) -> Channel:
         """The channel of the vault or account `identity` names (see the module's docstring)."""
         name = _sha256_hex(identity.encode("utf-8"))[:24]
-        channel = cls(runtime_directory(env), name)
+        # The socket's path is the directory's, "/squirrel-mcp/" and the name with ".sock".
+        longest = MAX_SOCKET_PATH - len(f"/squirrel-mcp/{name}.sock")
+        channel = cls(runtime_directory(env, longest=longest), name)
         if len(os.fsencode(channel.socket_path)) > MAX_SOCKET_PATH:
             raise ChannelError(
                 f"the channel's directory {channel.directory} has too long a path for a socket"
