@@ -46,14 +46,16 @@ import pytest
 from squirrel_mcp.book.errors import MemoryOperationError
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.book.reader import MemoryReader
+from squirrel_mcp.cli.bridge import LOST
 from squirrel_mcp.core.files import STALE_TEMP_SECONDS, TEMP_MARKER, atomic_write
 from squirrel_mcp.core.models import Revision
 from squirrel_mcp_embeddings import vectors
 from squirrel_mcp_embeddings.warmup import recipe
-from tests.conftest import PASSPHRASE
+from tests.conftest import PASSPHRASE, shared_runtime
 from tests.reliability.conftest import create_vault, open_vault
 from tests.reliability.crash_worker import STAMP, fake_vector
 from tests.reliability.figures import record
+from tests.shared_support import memory_processes, shared_host_env, wait_until
 
 WORKER = Path(__file__).with_name("crash_worker.py")
 SEED = 8
@@ -61,6 +63,8 @@ SEED = 8
 # A quiet machine reaches the counts within about half the time; the rest is room for a run
 # beside other tests (`nox -s tests` runs four at a time), where the minimums below must hold.
 SERVER_RUNS, SERVER_SECONDS = 24, 180.0
+# Shared: a run starts the bridge and two memory processes (the killed one, the one it reconnects to).
+SHARED_RUNS, SHARED_SECONDS = 12, 150.0
 STORE_RUNS, STORE_SECONDS = 200, 150.0
 STORE_RUNS_PER_VAULT = 40
 VECTOR_RUNS, VECTOR_SECONDS = 50, 90.0
@@ -82,9 +86,18 @@ class Killer:
     """
 
     def __init__(self, server: RawServer, delay: float) -> None:
-        self._timer = threading.Timer(delay, server.kill)
+        self._done = threading.Event()
+        self._timer = threading.Timer(delay, self._kill, args=(server,))
         self._lock = threading.Lock()
         self._armed = False
+
+    def _kill(self, server: RawServer) -> None:
+        server.kill()
+        self._done.set()
+
+    def fired(self) -> bool:
+        """True once the kill has been done."""
+        return self._done.is_set()
 
     def arm(self) -> None:
         """Start the countdown, unless it was started before."""
@@ -148,10 +161,21 @@ class ServerGone(Exception):
     """The server's stdout closed: it was killed."""
 
 
+def lost_by_the_bridge(message: dict[str, Any]) -> bool:
+    """An answer of the bridge's own: the memory process ended before it answered the call."""
+    error = message.get("error") or {}
+    content = (message.get("result") or {}).get("content") or [{}]
+    return LOST in (error.get("message"), content[0].get("text"))
+
+
 class RawServer:
     """The real server over stdio, spoken to in MCP's newline-delimited JSON-RPC."""
 
-    def __init__(self, env: dict[str, str], stderr: Path) -> None:
+    def __init__(self, env: dict[str, str], stderr: Path, *, shared: bool = False) -> None:
+        # Shared: this process is a host's bridge, and the kill is the vault's memory process's.
+        self.shared = shared
+        self.env = env
+        self.killed: int | None = None
         self._stderr = stderr.open("ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "squirrel_mcp"],
@@ -181,6 +205,8 @@ class RawServer:
                 raise ServerGone
             message = json.loads(line)
             if message.get("id") == self._next_id:
+                if self.shared and lost_by_the_bridge(message):
+                    raise ServerGone  # the memory process was killed before it answered
                 assert "error" not in message, message
                 result: dict[str, Any] = message["result"]
                 return result
@@ -203,11 +229,30 @@ class RawServer:
         return structured
 
     def kill(self) -> None:
+        if not self.shared:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGKILL)
+            return
+        # The vault's memory process, once the bridge has started it (a start-up kill comes first).
+        deadline = time.monotonic() + 60
+        while not (running := memory_processes(self.env)):
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                return
+            time.sleep(0.02)
         with contextlib.suppress(ProcessLookupError):
-            self.process.send_signal(signal.SIGKILL)
+            os.kill(running[0], signal.SIGKILL)
+            self.killed = running[0]
 
     def wait(self) -> int:
-        code = self.process.wait(timeout=30)
+        if self.shared:
+            # The host leaves: the bridge ends once the memory process it reconnected to has
+            # closed the store (idle time 0); that process is gone before the next run starts.
+            assert self.process.stdin is not None
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
+        code = self.process.wait(timeout=60)
+        if self.shared:
+            wait_until(lambda: not memory_processes(self.env), "the memory process ends")
         for pipe in (self.process.stdin, self.process.stdout):
             if pipe is not None:
                 with contextlib.suppress(OSError):
@@ -226,6 +271,10 @@ def drive_server(
     acks: list[Ack] = []
     try:
         server.initialize()
+        if killer.fired():
+            # A start-up kill of the memory process: the bridge answered the handshake from a
+            # new one, and this run's kill is done.
+            raise ServerGone
         killer.arm()
         for n in range(2_000):
             roll = rng.random()
@@ -254,9 +303,14 @@ def drive_server(
     return acks
 
 
-def test_kill_the_server_while_it_writes(tmp_path: Path, vault_env: dict[str, str]) -> None:
+@pytest.mark.parametrize("shared", [False, True], ids=["a server of its own", "shared memory process"])
+def test_kill_the_server_while_it_writes(tmp_path: Path, vault_env: dict[str, str], shared: bool) -> None:
+    """SIGKILL of the server; shared: of the memory process under a host's bridge, which reconnects."""
     vault = Path(vault_env["SQUIRREL_VAULT"])
     create_vault(vault)
+    shared_env = {**shared_host_env(vault_env, runtime=shared_runtime()), "SQUIRREL_MCP_SHARED_IDLE": "0"}
+    env = shared_env if shared else vault_env
+    runs_wanted, seconds = (SHARED_RUNS, SHARED_SECONDS) if shared else (SERVER_RUNS, SERVER_SECONDS)
     rng = random.Random(SEED)
     live: list[str] = []
     dead: list[str] = []
@@ -264,8 +318,8 @@ def test_kill_the_server_while_it_writes(tmp_path: Path, vault_env: dict[str, st
     runs = startup_kills = 0
     lost: set[Ack] = set()
     started = time.monotonic()
-    while runs < SERVER_RUNS and time.monotonic() - started < SERVER_SECONDS:
-        server = RawServer(vault_env, tmp_path / "stderr.log")
+    while runs < runs_wanted and time.monotonic() - started < seconds:
+        server = RawServer(env, tmp_path / "stderr.log", shared=shared)
         # Every fourth run dies during start-up (~1 s: imports, unlocking the vault), the
         # others 0-1 s after the handshake, in the middle of the calls.
         killer = Killer(server, rng.uniform(0.0, 1.0))
@@ -277,7 +331,11 @@ def test_kill_the_server_while_it_writes(tmp_path: Path, vault_env: dict[str, st
         finally:
             code = reap(server, killer)
         runs += 1
-        assert code == -signal.SIGKILL, (code, (tmp_path / "stderr.log").read_text())
+        if shared:
+            # The bridge itself ends as a host's server does when its input closes.
+            assert server.killed is not None and code == 0, (code, (tmp_path / "stderr.log").read_text())
+        else:
+            assert code == -signal.SIGKILL, (code, (tmp_path / "stderr.log").read_text())
         every_ack += acks
         assert integrity_ok(vault)
         store = open_vault(vault)
@@ -290,18 +348,19 @@ def test_kill_the_server_while_it_writes(tmp_path: Path, vault_env: dict[str, st
         live[:] = [i for i, gone in state.items() if not gone]
         dead[:] = [i for i, gone in state.items() if gone]
     unreadable = unreadable_records(vault)
+    killed = "the memory process under a host's bridge" if shared else "real server over stdio"
     record(
-        "crash-server",
+        "crash-server-shared" if shared else "crash-server",
         runs=runs,
         faults_injected=runs,
         inputs_tried=len(every_ack),
         data_lost=len(lost) + unreadable,
         seconds=time.monotonic() - started,
-        notes=f"real server over stdio, SIGKILL: {startup_kills} runs 0-1 s after spawn (start-up), "
+        notes=f"{killed}, SIGKILL: {startup_kills} runs 0-1 s after spawn (start-up), "
         f"{runs - startup_kills} runs 0-1 s after the handshake (mid-call); "
         f"{len(every_ack)} acknowledged writes checked after every restart",
     )
-    assert runs >= min(SERVER_RUNS, 10)
+    assert runs >= min(runs_wanted, 6 if shared else 10)
     assert not lost
     assert unreadable == 0
 

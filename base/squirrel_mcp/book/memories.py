@@ -175,6 +175,14 @@ class MemoryStore:
                 count = self._view.count
             self._log.snapshots.finish(count, self._captured)
 
+    def release(self) -> None:
+        """Close the storage too (a local vault's file let go, its WAL checkpointed): the store is done.
+
+        For a process that ends after its host has been told: the vault's files are as the
+        next process finds them before that host sees the end.
+        """
+        self._log.storage.close()
+
     def _apply(self, records: list[SealedRecord]) -> None:
         """Decrypt `records`, pulled in log order, into the view; tell the log watch and the listeners."""
         with self._lock:

@@ -210,11 +210,15 @@ class MemoryProcess:
                     break
 
     def close(self) -> None:
-        """Stop the plugins and close the store (its snapshot written); again is a no-op."""
+        """Stop the plugins, close the store (its snapshot written) and its storage; again is a no-op.
+
+        The storage too, unlike a server of its own at its end (whose files the process's
+        exit lets go): a bridge may be told the end before this process has exited.
+        """
         if not self._closed:
             self._closed = True
             self.host.shutdown()
-            self.opening.close()
+            self.opening.close(release=True)
 
     def _retire(self) -> None:
         """Take no new bridge from now on (the next one starts a fresh process)."""

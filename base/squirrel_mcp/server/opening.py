@@ -64,10 +64,15 @@ class Opening:
         """The line the opening failed with; None while it opens or once it has opened."""
         return self._failure if self._done.is_set() else None
 
-    def close(self) -> None:
-        """At shutdown: an opened store finishes, or writes, its snapshot (`MemoryStore.close`)."""
+    def close(self, *, release: bool = False) -> None:
+        """At shutdown: an opened store finishes, or writes, its snapshot (`MemoryStore.close`).
+
+        `release`: its storage closed too (`MemoryStore.release`); the store is unusable after.
+        """
         if self._store is not None:
             self._store.close()
+            if release:
+                self._store.release()
 
     def wait(self, timeout: float = OPEN_WAIT) -> MemoryStore:
         """The open store, after waiting up to `timeout` seconds for it; else a ToolError saying why not."""
