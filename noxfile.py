@@ -172,11 +172,16 @@ def tests(session: nox.Session) -> None:
         # start, so four workers keep two cores busy. The recall gate and the reliability
         # checks are tests of this run; every loop in them is bounded by count and time, the
         # timeout is a backstop.
-        session.run(
-            "pytest",
-            *("-n", "4", "--dist", "loadfile", "--reliability", "--timeout=1500", "--durations=30"),
-            *session.posargs,
-        )
+        side_by_side = ("-n", "4", "--dist", "loadfile", "--reliability", "--timeout=1500")
+        if not session.posargs:
+            # First the tests that start a server as a host does, each host with a server of its
+            # own (SQUIRREL_MCP_SHARED=0; the wheel and venv builds aside); then every test with
+            # the product's default, each host a bridge to the vault's one memory process (the
+            # reliability figures written are that run's).
+            session.run(
+                "pytest", *side_by_side, "--hosts-only", "-m", "not slow", env={"SQUIRREL_TEST_SHARED": "0"}
+            )
+        session.run("pytest", *side_by_side, "--durations=30", *session.posargs)
 
 
 def run_lint(session: nox.Session) -> None:

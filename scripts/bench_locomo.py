@@ -137,6 +137,8 @@ def server_env(vault: Path, cache: Path, *, plugins: bool) -> dict[str, str]:
     env.update(
         SQUIRREL_VAULT=str(vault), SQUIRREL_PASSPHRASE=PASSPHRASE, SQUIRREL_MEMORY_CACHE_DIR=str(cache)
     )
+    # A server of its own: the figures are one process's, started and ended per conversation.
+    env["SQUIRREL_MCP_SHARED"] = "0"
     if not plugins:
         env["SQUIRREL_MCP_PLUGINS"] = ""
     return env

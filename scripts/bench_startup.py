@@ -137,6 +137,8 @@ def squirrel_params(
         "SQUIRREL_VAULT": str(vault),
         "SQUIRREL_PASSPHRASE": PASSPHRASE,
         "SQUIRREL_MEMORY_CACHE_DIR": str(cache or cache_of(vault)),
+        # A server of its own, the minimal server's peer (scripts/bench_shared.py measures the bridges).
+        "SQUIRREL_MCP_SHARED": "0",
     }
     if not plugins:
         env["SQUIRREL_MCP_PLUGINS"] = ""

@@ -198,6 +198,8 @@ def server_parameters(vault: Path, cache: Path, plugins: str) -> StdioServerPara
         "SQUIRREL_PASSPHRASE": PASSPHRASE,
         "SQUIRREL_MCP_PLUGINS": plugins,
         "SQUIRREL_MEMORY_CACHE_DIR": str(cache),
+        # A server of its own, bare ONNX Runtime's peer (scripts/bench_shared.py measures the bridges).
+        "SQUIRREL_MCP_SHARED": "0",
     }
     return StdioServerParameters(command=sys.executable, args=["-m", "squirrel_mcp"], env=env)
 

@@ -67,6 +67,8 @@ async def main() -> None:
             "SQUIRREL_VAULT": str(Path(scratch) / "vault.sqlite3"),
             "SQUIRREL_PASSPHRASE": "demo passphrase",
             "SQUIRREL_MEMORY_CACHE_DIR": str(Path(scratch) / "cache"),
+            # Two servers with different settings side by side: each a server of its own.
+            "SQUIRREL_MCP_SHARED": "0",
         }
         server = [sys.executable, "-m", "squirrel_mcp"]
         lexical_params = StdioServerParameters(

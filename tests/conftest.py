@@ -11,6 +11,8 @@ adds with `secrets.add`.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import os
 import re
@@ -171,6 +173,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="also collect tests/reliability (kills, soak, fuzzing: minutes), as `nox -s tests` does",
     )
+    parser.addoption(
+        "--hosts-only",
+        action="store_true",
+        help="only the tests that start a server as a host does (server_params, host_env, ts_calls, "
+        "the client fixture): what SQUIRREL_TEST_SHARED changes",
+    )
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -187,14 +195,57 @@ def schedule_key(item: pytest.Item) -> int:
     return LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+# What a module calls when it starts a server as a host does (the suite's mode decides how).
+STARTS_A_HOST = re.compile(r"\b(server_params|host_env|ts_calls)\(")
+
+
+@functools.cache
+def calls_a_host(function: Any) -> bool:
+    """True when `function`'s source, or that of a function of the suite it calls, starts a host."""
+    if not getattr(function, "__module__", "").startswith("tests"):
+        return False  # pytest's own fixtures start no host
+    try:
+        # Without its comments: a comment naming server_params( starts nothing.
+        source = re.sub(r"#[^\n]*", "", inspect.getsource(function))
+    except (OSError, TypeError):
+        return True  # a function made at run time: kept, as unknown
+    if STARTS_A_HOST.search(source):
+        return True
+    # The suite's functions it calls by name (its module's, or imported from another test module).
+    helpers = [
+        value
+        for name, value in getattr(function, "__globals__", {}).items()
+        if inspect.isfunction(value) and value is not function and re.search(rf"\b{name}\(", source)
+    ]
+    return any(calls_a_host(helper) for helper in helpers)
+
+
+def starts_a_host(item: pytest.Item) -> bool:
+    """True when `item` may start a server as a host does: it, a fixture of its or a helper it calls does."""
+    function = getattr(item, "function", None)
+    if function is None or calls_a_host(function):
+        return True
+    definitions = getattr(item, "_fixtureinfo", None)
+    for name in getattr(item, "fixturenames", ()):
+        for definition in definitions.name2fixturedefs.get(name, ()) if definitions else ():
+            if calls_a_host(definition.func):
+                return True
+    return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The longest modules first; in `nox -s unit`, tests marked `process` are skipped
-    before anything of theirs runs.
+    before anything of theirs runs; with --hosts-only, only the tests that start a host's server.
 
     The skip is for modules whose process starts are wrapped by a library (Playwright's
     driver, a server started in a thread), where the refusal below would surface as an error.
     """
     items.sort(key=schedule_key)  # stable: the order within a module stays as written
+    if config.getoption("--hosts-only"):
+        others = [item for item in items if not starts_a_host(item)]
+        if others:
+            config.hook.pytest_deselected(items=others)
+            items[:] = [item for item in items if starts_a_host(item)]
     if UNIT_ONLY:
         skip = pytest.mark.skip(reason="starts processes: run by `nox -s tests`, not `nox -s unit`")
         for item in items:
@@ -243,10 +294,11 @@ def vault_env(tmp_path: Path) -> dict[str, str]:
     }
 
 
-# SQUIRREL_TEST_SHARED=1 runs every server a test starts through `server_params` as a host's
-# bridge to the vault's one memory process (SQUIRREL_MCP_SHARED=1), ending once its last bridge
-# has gone; `nox -s tests_shared` runs the suite so. Unset, each is a server of its own.
-SHARED_MODE = os.environ.get("SQUIRREL_TEST_SHARED") == "1"
+# Every server a test starts as a host does (`server_params`, `host_env`) is a host's bridge to
+# the vault's one memory process, ending once its last bridge has gone (no idle time), as the
+# product's default is; SQUIRREL_TEST_SHARED=0 makes each a server of its own
+# (SQUIRREL_MCP_SHARED=0). `nox -s tests` runs the suite's server tests both ways.
+SHARED_MODE = os.environ.get("SQUIRREL_TEST_SHARED") != "0"
 _shared_runtime: list[str] = []
 
 
@@ -257,10 +309,12 @@ def shared_runtime() -> str:
     return _shared_runtime[0]
 
 
-def in_shared_mode(env: dict[str, str]) -> dict[str, str]:
-    """`env` for a bridge, in the suite's shared mode; as it is otherwise, or where a test chose."""
-    if not SHARED_MODE or "SQUIRREL_MCP_SHARED" in env:
+def host_env(env: dict[str, str]) -> dict[str, str]:
+    """`env` for a host's server in the suite's mode: a bridge, or a server of its own; as a test chose."""
+    if "SQUIRREL_MCP_SHARED" in env:
         return env
+    if not SHARED_MODE:
+        return {"SQUIRREL_MCP_SHARED": "0", **env}
     return {
         "SQUIRREL_MCP_SHARED": "1",
         "SQUIRREL_MCP_SHARED_IDLE": "0",
@@ -272,7 +326,7 @@ def in_shared_mode(env: dict[str, str]) -> dict[str, str]:
 def server_params(env: dict[str, str]) -> StdioServerParameters:
     """Start the installed server the way an MCP client does."""
     secrets_of_this_test().add_env(env)
-    return StdioServerParameters(command=sys.executable, args=["-m", "squirrel_mcp"], env=in_shared_mode(env))
+    return StdioServerParameters(command=sys.executable, args=["-m", "squirrel_mcp"], env=host_env(env))
 
 
 def run_cli(
@@ -414,7 +468,7 @@ def ts_calls(ts_sdk: Path, env: dict[str, str], calls: list[dict[str, Any]]) -> 
     server = server_params(env)
     result = subprocess.run(
         ["node", str(ts_sdk / TS_CALLS.name), server.command, *server.args],
-        env={"PATH": os.environ["PATH"], **env},
+        env={"PATH": os.environ["PATH"], **(server.env or env)},
         input=json.dumps(calls).encode(),
         capture_output=True,
         timeout=300,

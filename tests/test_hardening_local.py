@@ -42,6 +42,7 @@ from tests.conftest import (
     PASSPHRASE,
     call,
     call_error,
+    host_env,
     run_cli,
     secrets_of_this_test,
     served_error,
@@ -251,7 +252,9 @@ async def test_out_of_bounds_key_parameters_are_one_line_before_any_scrypt(
     backup.write_text(json.dumps({**exported, "exportedBy": "a test", "memories": []}))
     secrets_of_this_test().add_env(vault_env)
     served = StdioServerParameters(
-        command=sys.executable, args=["-c", UNDER_1_GIB], env={"PATH": os.environ["PATH"], **vault_env}
+        command=sys.executable,
+        args=["-c", UNDER_1_GIB],
+        env={"PATH": os.environ["PATH"], **host_env(vault_env)},
     )
     line = await served_error(served)
     assert "key parameters of the vault" in line and "out of bounds" in line, line

@@ -22,7 +22,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from squirrel_mcp import __version__
-from tests.conftest import PASSPHRASE, call
+from tests.conftest import PASSPHRASE, call, host_env
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,7 +65,8 @@ async def round_trip(bin_dir: Path, tmp_path: Path, ranking: str = "lexical") ->
         "SQUIRREL_PASSPHRASE": PASSPHRASE,
         "SQUIRREL_MEMORY_CACHE_DIR": str(tmp_path / "cache"),
     }
-    async with Client(StdioServerParameters(command=str(bin_dir / "squirrel-mcp"), env=env)) as client:
+    server = StdioServerParameters(command=str(bin_dir / "squirrel-mcp"), env=host_env(env))
+    async with Client(server) as client:
         await call(client, "save_memory", text="Installed from a fresh environment")
         found = await call(client, "search_memory", query="fresh environment")
         # The model loads in the background: searches are lexical until it is ready.
@@ -104,7 +105,8 @@ async def search_and_tools(
 ) -> tuple[dict[str, Any], str]:
     """A search through the venv's own server (as `ranking` once it ranks so), and its tool list as JSON."""
     env = {"SQUIRREL_VAULT": str(tmp_path / "ranked.sqlite3"), "SQUIRREL_PASSPHRASE": PASSPHRASE}
-    async with Client(StdioServerParameters(command=str(bin_dir / "squirrel-mcp"), env=env)) as client:
+    server = StdioServerParameters(command=str(bin_dir / "squirrel-mcp"), env=host_env(env))
+    async with Client(server) as client:
         if save:
             for text in RANKER_TEXTS:
                 await call(client, "save_memory", text=text, category="fact")

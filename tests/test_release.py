@@ -32,7 +32,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from squirrel_mcp import __version__
-from tests.conftest import PASSPHRASE, call, needs_model, search_warm
+from tests.conftest import PASSPHRASE, call, host_env, needs_model, search_warm
 
 pytestmark = [pytest.mark.slow, needs_model]
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,7 +127,7 @@ def fresh_home(tmp_path: Path) -> dict[str, str]:
 
 async def find_peanuts(command: str, args: list[str], env: dict[str, str], ranking: str) -> dict[str, Any]:
     """Start the server as an MCP client would, save the allergy, search by meaning: the answer."""
-    async with Client(StdioServerParameters(command=command, args=args, env=env)) as client:
+    async with Client(StdioServerParameters(command=command, args=args, env=host_env(env))) as client:
         await call(client, "save_memory", text="Is allergic to peanuts", category="profile")
         await call(client, "save_memory", text="Prefers window seats on long flights", category="preference")
         if ranking == "hybrid":

@@ -309,7 +309,7 @@ def test_kill_the_server_while_it_writes(tmp_path: Path, vault_env: dict[str, st
     vault = Path(vault_env["SQUIRREL_VAULT"])
     create_vault(vault)
     shared_env = {**shared_host_env(vault_env, runtime=shared_runtime()), "SQUIRREL_MCP_SHARED_IDLE": "0"}
-    env = shared_env if shared else vault_env
+    env = shared_env if shared else {**vault_env, "SQUIRREL_MCP_SHARED": "0"}
     runs_wanted, seconds = (SHARED_RUNS, SHARED_SECONDS) if shared else (SERVER_RUNS, SERVER_SECONDS)
     rng = random.Random(SEED)
     live: list[str] = []

@@ -121,7 +121,8 @@ async def test_the_server_opens_no_connection_in_local_mode(
     if isolated:
         unshare = shutil.which("unshare")
         assert unshare is not None
-        params = StdioServerParameters(command=unshare, args=["-n", params.command, *params.args], env=env)
+        wrapped = ["-n", params.command, *params.args]
+        params = StdioServerParameters(command=unshare, args=wrapped, env=params.env)
     calls = 0
     async with Client(params) as client:
         for text in ("Is allergic to peanuts", "Sister Anna lives in Zürich", "Runs Pi-hole for DNS"):

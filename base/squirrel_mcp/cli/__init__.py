@@ -6,7 +6,7 @@ unlock.py    how every command (and the server) opens the vault or sync account;
 account.py   `init` and `passphrase`
 backup.py    `export` and `import`
 serve.py     serving MCP over stdio (the default command) and the page (`ui`)
-bridge.py    a host's bridge to the vault's one memory process (SQUIRREL_MCP_SHARED=1)
+bridge.py    a host's bridge to the vault's one memory process (unless SQUIRREL_MCP_SHARED=0)
 memory_process.py  the memory process serving every bridge of a vault
 background.py  the unlock in a thread, for both servers
 browse.py    `search`, `list`, `show`: the server's own tools, called in process

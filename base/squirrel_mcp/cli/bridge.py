@@ -381,13 +381,13 @@ def run(bridge: Bridge) -> str | None:
 
 
 def bridged(config: Config, env: dict[str, str]) -> str | None:
-    """With SQUIRREL_MCP_SHARED=1, the session relayed to the vault's memory process (RELAYED).
+    """The session relayed to the vault's memory process (RELAYED): what a host's server does.
 
     Otherwise the line this host was refused with (or why the sharing's settings are
-    wrong), or None: this process serves on its own, as where SQUIRREL_MCP_SHARED is
-    not set, or no local channel can be made (it says so in one line).
+    wrong), or None: this process serves on its own, as where SQUIRREL_MCP_SHARED=0,
+    or where no local channel can be made (it says so in one line).
     """
-    shared = env.get("SQUIRREL_MCP_SHARED") or "0"
+    shared = env.get("SQUIRREL_MCP_SHARED") or "1"
     if shared not in ("0", "1"):
         return "SQUIRREL_MCP_SHARED must be 1 (one memory process for every host) or 0 (one per host)"
     if shared == "0":

@@ -1,6 +1,6 @@
 """The `squirrel-mcp` script's entry point: a host's bridge starts without the rest of the command line.
 
-With SQUIRREL_MCP_SHARED=1 and no command, the process is most likely a bridge
+With no command (and SQUIRREL_MCP_SHARED not 0), the process is most likely a bridge
 to the vault's memory process: it relays without importing the parser, the
 plugins or the MCP SDK (a bridge is a few MB, not a server's tens). Anything
 else, or a bridge that was refused or found no channel, goes on to
@@ -16,7 +16,7 @@ import sys
 def main() -> int:
     """Entry point of the `squirrel-mcp` script and of `python -m squirrel_mcp`."""
     arguments = sys.argv[1:]
-    if arguments in ([], ["serve"]) and os.environ.get("SQUIRREL_MCP_SHARED") == "1":
+    if arguments in ([], ["serve"]) and os.environ.get("SQUIRREL_MCP_SHARED") != "0":
         from squirrel_mcp.cli.bridge import RELAYED, bridged
         from squirrel_mcp.core.config import Config
 

@@ -49,7 +49,7 @@ def cmd_serve(config: Config, pm: pluggy.PluginManager, bridged: str | None = NO
     The handshake and tools/list are answered at once; tool calls wait for the
     unlock. When it fails the server keeps serving: every tool call gets the line
     it printed on stderr. A person at a terminal without SQUIRREL_PASSPHRASE is
-    asked for it first, as the other commands ask. With SQUIRREL_MCP_SHARED=1 this
+    asked for it first, as the other commands ask. Unless SQUIRREL_MCP_SHARED=0, this
     process is a bridge to the vault's one memory process instead (`bridge.bridged`);
     `bridged` is its outcome when the script's entry point tried it already.
     """
