@@ -33,6 +33,14 @@ METHODS = {
         "revision with the text the answer showed, and the next run restarts the server on the "
         "same vault. At the end every stored record must decrypt."
     ),
+    "crash-server-shared": (
+        "As crash-server, with the host's `squirrel-mcp` a bridge to the vault's memory process "
+        "(the default): the SIGKILL is the memory process's, 0-1 s after spawn in every fourth "
+        "run (it lands while the process starts or unlocks) or after the handshake. The call in "
+        "flight must be answered by the bridge with an error saying it may or may not have been "
+        "done; the host then leaves and the bridge ends (0) once the process it reconnected to "
+        "has closed the vault. The same checks after each kill."
+    ),
     "crash-store": (
         "A worker process (tests/reliability/crash_worker.py) imports everything once and forks "
         "a child per run; the child unlocks the vault with the real MemoryStore on LocalVault and "

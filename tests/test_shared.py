@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
+from mcp.client.stdio import StdioServerParameters
 
 from squirrel_mcp.cli.unlock import location
 from squirrel_mcp.core.config import Config
@@ -86,6 +87,24 @@ async def test_three_hosts_share_one_memory_process(shared_env: dict[str, str]) 
     for number in (1, 2):
         assert [hit["text"] for hit in found[number]["results"]] == ["Ada keeps bees on the roof"]
     assert len(clients) == 3
+
+
+async def test_sharing_is_the_default_and_0_makes_a_server_of_its_own(shared_env: dict[str, str]) -> None:
+    """A host's config without SQUIRREL_MCP_SHARED: a bridge; with 0: a server of its own."""
+    default = {name: value for name, value in shared_env.items() if name != "SQUIRREL_MCP_SHARED"}
+    default["SQUIRREL_MCP_SHARED_IDLE"] = "0"
+    # StdioServerParameters as a host's config gives them: the suite's mode does not apply here.
+    command = [sys.executable, "-m", "squirrel_mcp"]
+    secrets_of_this_test().add_env(default)
+    async with Client(StdioServerParameters(command=command[0], args=command[1:], env=default)) as client:
+        await call(client, "save_memory", text="Ada keeps bees on the roof", entity="Ada", category="fact")
+        assert len(memory_processes(default)) == 1
+    alone = {**default, "SQUIRREL_MCP_SHARED": "0"}
+    wait_until(lambda: not memory_processes(default), "the idle memory process ends")
+    async with Client(StdioServerParameters(command=command[0], args=command[1:], env=alone)) as client:
+        found = await call(client, "search_memory", query="bees")
+        assert memory_processes(alone) == []
+    assert [hit["text"] for hit in found["results"]] == ["Ada keeps bees on the roof"]
 
 
 async def test_a_host_with_other_settings_is_told_so_in_one_line(shared_env: dict[str, str]) -> None:
