@@ -25,7 +25,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from squirrel_mcp.cli.unlock import location
 from squirrel_mcp.core.config import Config
-from tests.conftest import PASSPHRASE, call, call_error, secrets_of_this_test, server_params
+from tests.conftest import PASSPHRASE, call, call_error, run_cli, secrets_of_this_test, server_params
 from tests.shared_support import (
     WITHIN,
     channel_of,
@@ -135,6 +135,29 @@ async def test_a_host_with_another_passphrase_is_refused(shared_env: dict[str, s
         "was unlocked with; nothing was done: give every host of this vault the same passphrase, or set "
         "SQUIRREL_MCP_SHARED=0 in this host's config"
     )
+
+
+async def test_a_passphrase_changed_while_the_process_serves_is_taken_and_the_old_one_refused(
+    shared_env: dict[str, str],
+) -> None:
+    """`squirrel-mcp passphrase` beside a running memory process: hosts given the new one are served."""
+    new = "the passphrase after the change"
+    async with Client(server_params(shared_env)) as first:
+        await call(first, "save_memory", text="Ada keeps bees on the roof", entity="Ada", category="fact")
+        changed = run_cli({**shared_env, "SQUIRREL_NEW_PASSPHRASE": new}, "passphrase")
+        assert changed.returncode == 0, changed.stderr
+        process = memory_process(shared_env)
+        renewed = {**shared_env, "SQUIRREL_PASSPHRASE": new}
+        async with Client(server_params(renewed)) as second:
+            found = await call(second, "search_memory", query="bees")
+            assert memory_process(shared_env) == process
+            # A host still given the old passphrase is refused now: it no longer opens the vault.
+            async with Client(server_params(shared_env)) as third:
+                line = await call_error(third, "get_context")
+        # The host connected before the change is served on.
+        await call(first, "get_context")
+    assert [hit["text"] for hit in found["results"]] == ["Ada keeps bees on the roof"]
+    assert "passphrase is not the one the memory process" in line
 
 
 async def test_a_wrong_passphrase_does_not_keep_the_vault_from_the_right_one(

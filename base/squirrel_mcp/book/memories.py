@@ -15,6 +15,7 @@ first, so its conflict check sees the latest revision storage holds.
 
 from __future__ import annotations
 
+import hmac
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -37,6 +38,8 @@ from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, Storag
 # How often `save_once` looks again after its append was refused because another process
 # took the same id (saved the same memory) at the same moment; each look sees that save.
 SAVE_ATTEMPTS = 8
+# The purpose of the key `opened_by` compares the data keys by (never the keys themselves).
+PASSPHRASE_CHECK_PURPOSE = "passphrase check"  # noqa: S105 - a key derivation label, no secret
 
 
 class MemoryStore:
@@ -174,6 +177,25 @@ class MemoryStore:
             with self._lock:
                 count = self._view.count
             self._log.snapshots.finish(count, self._captured)
+
+    def opened_by(self, passphrase: str) -> bool:
+        """True when `passphrase` opens the account's key as storage holds it now, and that key is ours.
+
+        So a passphrase changed since this store was unlocked (`squirrel-mcp passphrase`
+        rewraps the same data key) is told from a wrong one. Costs one key derivation.
+        """
+        account = self._log.storage.load_account()
+        if account is None or account.account_id != self.account_id:
+            return False
+        try:
+            data_key = crypto.unwrap_data_key(
+                passphrase, account.kdf, account.account_id, account.wrapped_data_key
+            )
+        except crypto.WrongPassphraseError:
+            return False
+        return hmac.compare_digest(
+            crypto.derive_key(data_key, PASSPHRASE_CHECK_PURPOSE), self.derive_key(PASSPHRASE_CHECK_PURPOSE)
+        )
 
     def release(self) -> None:
         """Close the storage too (a local vault's file let go, its WAL checkpointed): the store is done.

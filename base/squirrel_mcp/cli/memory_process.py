@@ -20,6 +20,7 @@ stdio server does at its end. Its log lines go to the channel's log file.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import threading
@@ -225,6 +226,14 @@ class MemoryProcess:
         self.retiring = True
         self.listening.leave()
 
+    async def _passphrase_changed_to(self, hello: Hello) -> bool:
+        """True when `hello` differs from ours only by a passphrase that now opens the account's key."""
+        like_ours = dataclasses.replace(self.ours, passphrase=hello.passphrase)
+        store = self.opening.store()
+        if hello.passphrase is None or store is None or refusal(like_ours, hello, self.where) is not None:
+            return False
+        return await anyio.to_thread.run_sync(store.opened_by, hello.passphrase)
+
     async def _admitted(self, stream: SocketStream, lines: Lines) -> bool:
         """True when the bridge said its hello within HELLO_WAIT and was taken (it heard so)."""
         with anyio.move_on_after(HELLO_WAIT):
@@ -237,6 +246,10 @@ class MemoryProcess:
                 log_line(f"a connection that is no bridge was closed ({error})")
                 return False
             refused = refusal(self.ours, hello, self.where)
+            if refused is not None and await self._passphrase_changed_to(hello):
+                # `squirrel-mcp passphrase` ran while this process served: the new one is ours.
+                self.ours = dataclasses.replace(self.ours, passphrase=hello.passphrase)
+                refused = None
             if self.retiring:
                 return False
             if refused is not None and (self.opening.failure() is not None or self.bridges == 1):

@@ -60,6 +60,10 @@ class Opening:
         self._failure = line
         self._done.set()
 
+    def store(self) -> MemoryStore | None:
+        """The open store; None while it opens or when the opening failed."""
+        return self._store if self._done.is_set() else None
+
     def failure(self) -> str | None:
         """The line the opening failed with; None while it opens or once it has opened."""
         return self._failure if self._done.is_set() else None
