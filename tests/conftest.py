@@ -196,7 +196,7 @@ def schedule_key(item: pytest.Item) -> int:
 
 
 # What a module calls when it starts a server as a host does (the suite's mode decides how).
-STARTS_A_HOST = re.compile(r"\b(server_params|host_env|ts_calls)\(")
+STARTS_A_HOST = re.compile(r"\b(server_params|host_env|ts_calls)\(|\brun_cli\(\w+, stdin=")
 
 
 @functools.cache
@@ -343,6 +343,8 @@ def run_cli(
     """
     registry = secrets_of_this_test()
     registry.add_env(env)
+    if args in ((), ("serve",)):
+        env = host_env(env)  # the server, piped: a host's, in the suite's mode
     result = subprocess.run(
         [sys.executable, "-m", "squirrel_mcp", *args],
         env={"PATH": os.environ["PATH"], **env},

@@ -97,7 +97,7 @@ def test_the_typescript_sdk_sees_titles_annotations_the_skill_and_no_resources(
     server = server_params(vault_env)
     result = subprocess.run(
         ["node", str(ts_sdk / TS_CLIENT.name), server.command, *server.args],
-        env={"PATH": os.environ["PATH"], **vault_env},
+        env={"PATH": os.environ["PATH"], **(server.env or vault_env)},
         capture_output=True,
         timeout=300,
         check=False,

@@ -344,7 +344,7 @@ class RawServer:
         command = server_params(env)
         self.process = subprocess.Popen(
             [command.command, *command.args],
-            env={"PATH": os.environ["PATH"], **env},
+            env={"PATH": os.environ["PATH"], **(command.env or env)},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,

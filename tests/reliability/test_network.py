@@ -58,6 +58,8 @@ def _hook(event, args):
 sys.addaudithook(_hook)
 """
 INTERNET = {int(socket.AF_INET), int(socket.AF_INET6)}
+# How a Unix socket's repr names its family.
+UNIX_SOCKET = f"family={int(socket.AF_UNIX)},"
 
 
 def audit_env(tmp_path: Path, env: dict[str, str]) -> tuple[dict[str, str], Path]:
@@ -76,13 +78,15 @@ def network_use(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The events that touch the network: an internet socket made, or any connect, bind, send or lookup.
 
     Making an AF_UNIX socket is not: asyncio's wake-up pair comes from socketpair(),
-    which neither binds nor connects.
+    which neither binds nor connects. Nor is a Unix socket's bind or connect: the channel
+    between a host's bridge and the vault's memory process, a file on this machine.
     """
     return [
         event
         for event in found
         if event["event"] != "hook installed"
         and not (event["event"] == "socket.__new__" and int(event["args"][0]) not in INTERNET)
+        and not (event["event"] in ("socket.bind", "socket.connect") and UNIX_SOCKET in event["args"][0])
     ]
 
 
