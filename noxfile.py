@@ -179,7 +179,8 @@ def tests(session: nox.Session) -> None:
             # the product's default, each host a bridge to the vault's one memory process (the
             # reliability figures written are that run's).
             session.run(
-                "pytest", *side_by_side, "--hosts-only", "-m", "not slow", env={"SQUIRREL_TEST_SHARED": "0"}
+                *("pytest", *side_by_side, "--hosts-only", "-m", "not slow", "--durations=10"),
+                env={"SQUIRREL_TEST_SHARED": "0"},
             )
         session.run("pytest", *side_by_side, "--durations=30", *session.posargs)
 
