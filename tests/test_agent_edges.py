@@ -29,6 +29,8 @@ import pytest
 from mcp import Client
 
 from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.cli.unlock import open_store
+from squirrel_mcp.core.config import Config
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.plugins.manager import READY_WAIT, STARTING_NOTE
 from squirrel_mcp.server.tools import CONTEXT_SECTION_LIMIT
@@ -468,6 +470,32 @@ def test_a_save_that_loses_the_race_finds_the_winners_memory(tmp_path: Path) -> 
     (won, won_written) = winner[1]
     assert won_written and not written and memory == won
     assert len(second.current()) == len(first.current()) == 1
+
+
+def test_a_host_that_loses_the_race_to_create_a_new_vault_unlocks_the_winners_account(
+    vault_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two hosts started at once on a new vault: both find no account, the other creates it first."""
+    cheap = crypto.KdfParams(salt=b"s" * crypto.SALT_BYTES, n=2**14)
+    config = Config.from_env(vault_env)
+    create = MemoryStore.create
+    winner: list[MemoryStore] = []
+
+    def created_by_the_other_first(cls: Any, storage: Any, passphrase: str, **kwargs: Any) -> Any:
+        if not winner:
+            other = LocalVault(config.vault_path, create=False)
+            winner.append(create(other, passphrase, kdf=cheap))
+            winner[0].save_once(entity="user", text="Parks on level 3", category="note", tags=[], keywords=[])
+        return create(storage, passphrase, kdf=cheap, **kwargs)
+
+    monkeypatch.setattr(MemoryStore, "create", classmethod(created_by_the_other_first))
+    store = open_store(config, create=True)
+    try:
+        assert winner and store.account_id == winner[0].account_id
+        assert [memory.text for memory in store.current()] == ["Parks on level 3"]
+    finally:
+        store.close()
+        winner[0].close()
 
 
 # 6. The missing passphrase ------------------------------------------------------------------------

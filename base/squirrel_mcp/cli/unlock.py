@@ -29,7 +29,7 @@ from squirrel_mcp.core.config import APP_NAME, Config, ConfigError, check_api_ba
 from squirrel_mcp.core.keychain import KeychainError, NoKeychainError
 from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.keys.crypto import KEY_CHANGE_PURPOSE, KdfParams, WrongPassphraseError
-from squirrel_mcp.storage import NO_REMOTE_ACCOUNT, Account, Storage, StorageError
+from squirrel_mcp.storage import NO_REMOTE_ACCOUNT, Account, AccountExists, Storage, StorageError
 from squirrel_mcp.storage.local import LocalVault
 
 MIN_PASSPHRASE = 8
@@ -263,16 +263,25 @@ def open_store(
             if not create:
                 raise NoAccountError(f"the vault at {config.vault_path} holds no account")
             check_new_passphrase("SQUIRREL_PASSPHRASE", passphrase, "no account was created")
-            store = MemoryStore.create(storage, passphrase, checkpoints=checkpoints(config))
-            store.progress = progress
-            # An existing file without an account is one whose creation was cut short,
-            # or one emptied since: either way the user should hear of the new account.
-            log_line(
-                f"created a new vault at {config.vault_path}"
-                if not existed
-                else f"the vault at {config.vault_path} held no account; created a new one in it"
-            )
-            return store
+            try:
+                store = MemoryStore.create(storage, passphrase, checkpoints=checkpoints(config))
+            except AccountExists:
+                # Another process created it since the look (two hosts started at once on a
+                # new vault): this one unlocks that account like any existing one.
+                account = storage.load_account()
+                if account is None:
+                    raise
+                check_kdf(config, account.kdf)
+            else:
+                store.progress = progress
+                # An existing file without an account is one whose creation was cut short,
+                # or one emptied since: either way the user should hear of the new account.
+                log_line(
+                    f"created a new vault at {config.vault_path}"
+                    if not existed
+                    else f"the vault at {config.vault_path} held no account; created a new one in it"
+                )
+                return store
         with explaining(config, storage):
             store = MemoryStore.unlock(
                 storage, passphrase, checkpoints(config, read_only=read_only), progress=progress

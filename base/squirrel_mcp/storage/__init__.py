@@ -73,6 +73,10 @@ class StorageError(Exception):
     """The backend cannot be used (missing, unreadable, not a vault)."""
 
 
+class AccountExists(StorageError):
+    """The vault (or the API key's slot) already holds an account: another process created it first."""
+
+
 class KeyChanged(StorageError):
     """The account's key (KDF parameters, wrapped data key) is no longer the one the caller read.
 

@@ -31,6 +31,7 @@ from squirrel_mcp.core.files import create_private_file
 from squirrel_mcp.keys.crypto import proves_key_change
 from squirrel_mcp.storage import (
     Account,
+    AccountExists,
     KeyChanged,
     KeyChangeForbidden,
     RevisionConflict,
@@ -171,7 +172,7 @@ class LocalVault:
             try:
                 self._db.execute("INSERT INTO meta (key, value) VALUES ('account', ?)", (value,))
             except sqlite3.IntegrityError as error:
-                raise StorageError(f"{self.path} already holds an account") from error
+                raise AccountExists(f"{self.path} already holds an account") from error
 
     def replace_key(self, expected: Account, new: Account, proof: bytes) -> None:
         """Store `new`'s key if the vault still holds `expected`'s and `proof` matches its verifier.

@@ -40,11 +40,11 @@ import requests
 
 from squirrel_mcp.storage import (
     Account,
+    AccountExists,
     KeyChanged,
     KeyChangeForbidden,
     RevisionConflict,
     SealedRecord,
-    StorageError,
     answers,
     wire,
 )
@@ -133,7 +133,7 @@ class RemoteStorage:
             # A retried create that did land the first time holds exactly our wrapped key.
             if attempts > 1 and self.load_account() == account:
                 return
-            raise StorageError(f"the sync server at {self.origin} already holds an account for this API key")
+            raise AccountExists(f"the sync server at {self.origin} already holds an account for this API key")
         answers.expect(self.origin, response, 201, "create the account")
 
     def replace_key(self, expected: Account, new: Account, proof: bytes) -> None:
