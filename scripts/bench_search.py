@@ -415,7 +415,7 @@ def run_crafted(args: argparse.Namespace) -> str:
         pm = plugins.get_plugin_manager()
         pm.register(ScoringRanker(), name="scoring")
         host = plugins.PluginHost(pm, log=lambda line: print(line, file=sys.stderr), rank_timeout=60)
-        host.start(Config(Path(folder) / "vault", None, None, None), store)
+        host.start(Config(Path(folder) / "vault", None, None, None, Path(folder) / "cache"), store)
         assert host.wait_started(10)
         assert host.has_rankers()
         query = crafted_query(store.index)

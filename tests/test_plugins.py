@@ -78,7 +78,7 @@ def register(pm: plugins.pluggy.PluginManager) -> Iterator[Callable[[object, str
 
 
 def config(tmp_path: Path) -> Config:
-    return Config(tmp_path / "v", "the passphrase", None, "an api key")
+    return Config(tmp_path / "v", "the passphrase", None, "an api key", tmp_path / "cache")
 
 
 def save(store: MemoryStore, text: str) -> Revision:

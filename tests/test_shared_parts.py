@@ -6,6 +6,8 @@ import json
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -20,7 +22,13 @@ from squirrel_mcp.core.channel import (
     runtime_directory,
     try_lock,
 )
-from squirrel_mcp.core.config import Config
+from squirrel_mcp.core.config import (
+    APP_NAME,
+    Config,
+    default_cache_dir,
+    default_vault_path,
+    linux_user_directory,
+)
 from squirrel_mcp.core.hello import (
     DEFAULT_IDLE,
     Hello,
@@ -231,3 +239,57 @@ def test_the_peer_check_reads_the_kernels_user_id() -> None:
     finally:
         left.close()
         right.close()
+
+
+# What a bridge is made of --------------------------------------------------------------------------
+
+HOMES = [
+    {"HOME": "/home/ann"},
+    {"HOME": "/home/ann", "XDG_DATA_HOME": "/data", "XDG_CACHE_HOME": "/cache"},
+    {"HOME": "/home/ann", "XDG_DATA_HOME": "relative", "XDG_CACHE_HOME": ""},
+    {"HOME": "/home/ann", "XDG_DATA_HOME": " ", "XDG_CACHE_HOME": "/cache/"},
+]
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="the paths read without platformdirs are Linux's"
+)
+@pytest.mark.parametrize("home", HOMES)
+def test_the_default_paths_are_the_ones_platformdirs_gives(
+    home: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import platformdirs
+
+    for name in ("HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in home.items():
+        monkeypatch.setenv(name, value)
+    assert linux_user_directory("XDG_DATA_HOME", ".local/share") is not None  # read here, not by platformdirs
+    assert default_vault_path() == platformdirs.user_data_path(APP_NAME, appauthor=False) / "vault.sqlite3"
+    assert default_cache_dir() == Path(platformdirs.user_cache_dir())
+
+
+@pytest.mark.process
+def test_a_bridge_imports_neither_dataclasses_nor_platformdirs(tmp_path: Path) -> None:
+    """Each adds over a MB to every host's bridge (inspect and ast; tempfile, shutil and random)."""
+    script = (
+        "import sys\n"
+        "from squirrel_mcp.cli.bridge import bridged\n"
+        "from squirrel_mcp.core.config import Config\n"
+        "Config.from_env()\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    loaded = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, check=True
+    ).stdout.split()
+    assert b"squirrel_mcp.cli.bridge" in loaded
+    heavy = {b"dataclasses", b"inspect", b"platformdirs", b"tempfile", b"pydantic", b"mcp", b"anyio"}
+    assert heavy.isdisjoint(loaded), heavy & set(loaded)
+
+
+def test_no_secret_shows_in_a_config_or_a_hello(tmp_path: Path) -> None:
+    made, _ = config(tmp_path, SQUIRREL_API_KEY="the-api-key", SQUIRREL_NEW_PASSPHRASE="the new one")
+    shown = repr(made) + repr(hello(tmp_path)) + str(made) + repr([made])
+    assert PASSPHRASE not in shown and "the-api-key" not in shown and "the new one" not in shown
+    assert "passphrase=<hidden>" in shown and "passphrase=None" in repr(made._replace(passphrase=None))

@@ -25,7 +25,6 @@ diagnostic moves no checkpoint and writes nothing to the cache directory.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import getpass
 import json
 import os
@@ -201,7 +200,7 @@ def with_api_key(config: Config) -> Config:
     key = getpass.getpass("API key: ").strip()
     if not key:
         raise UserError("no API key was given")
-    return dataclasses.replace(config, api_key=key)
+    return config._replace(api_key=key)
 
 
 def _interrupted(signum: int, frame: FrameType | None) -> None:

@@ -17,7 +17,6 @@ there still unlocks the account (squirrel_mcp.cli.keychain.state).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import re
@@ -144,7 +143,7 @@ def check_plugins(environ: dict[str, str]) -> tuple[list[Check], pluggy.PluginMa
 def plugin_checks(pm: pluggy.PluginManager, config: Config, store: MemoryStore | None) -> list[Check]:
     """The checks each plugin's `doctor_checks` returns; one that raises is a failed check."""
     # A plugin needs neither the passphrase nor the API key.
-    safe = dataclasses.replace(config, passphrase=None, api_key=None)
+    safe = config._replace(passphrase=None, api_key=None)
     memories = None if store is None else MemoryReader(store)
     checks: list[Check] = []
     for plugin in pm.get_plugins():

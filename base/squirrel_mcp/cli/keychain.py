@@ -9,7 +9,6 @@ and where (squirrel_mcp.core.keychain).
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 
 from squirrel_mcp.book.errors import NoAccountError
@@ -65,7 +64,7 @@ def store(config: Config) -> None:
     """
     if config.api_base_url is not None and config.api_key is None:
         api_key = keychain.read(keychain.api_key_entry(check_api_base_url(config.api_base_url)))
-        config = dataclasses.replace(config, api_key=api_key)
+        config = config._replace(api_key=api_key)
     if not config.passphrase and not sys.stdin.isatty():
         raise UserError(
             "SQUIRREL_PASSPHRASE is not set (and there is no terminal to ask on); nothing was kept"
@@ -125,7 +124,7 @@ def state(config: Config) -> Check:
 
 def cmd_status(config: Config) -> int:
     """`keychain status`: the keychain's state, one line (✓ or ✗); 0 when it is usable as it is."""
-    check = state(from_keychain(dataclasses.replace(config, passphrase=None)))
+    check = state(from_keychain(config._replace(passphrase=None)))
     print(check.line())
     return 0 if check.ok else 1
 

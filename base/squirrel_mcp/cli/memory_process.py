@@ -20,7 +20,6 @@ stdio server does at its end. Its log lines go to the channel's log file.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import signal
 import threading
@@ -228,7 +227,7 @@ class MemoryProcess:
 
     async def _passphrase_changed_to(self, hello: Hello) -> bool:
         """True when `hello` differs from ours only by a passphrase that now opens the account's key."""
-        like_ours = dataclasses.replace(self.ours, passphrase=hello.passphrase)
+        like_ours = self.ours._replace(passphrase=hello.passphrase)
         store = self.opening.store()
         if hello.passphrase is None or store is None or refusal(like_ours, hello, self.where) is not None:
             return False
@@ -248,7 +247,7 @@ class MemoryProcess:
             refused = refusal(self.ours, hello, self.where)
             if refused is not None and await self._passphrase_changed_to(hello):
                 # `squirrel-mcp passphrase` ran while this process served: the new one is ours.
-                self.ours = dataclasses.replace(self.ours, passphrase=hello.passphrase)
+                self.ours = self.ours._replace(passphrase=hello.passphrase)
                 refused = None
             if self.retiring:
                 return False

@@ -10,7 +10,6 @@ change and never a secret or memory text.
 
 from __future__ import annotations
 
-import dataclasses
 import getpass
 import sys
 from collections.abc import Callable, Iterator
@@ -177,8 +176,7 @@ def from_keychain(config: Config) -> Config:
         problem: KeychainError | None = error
     else:
         problem = None
-    return dataclasses.replace(
-        config,
+    return config._replace(
         api_key=api_key or None,
         passphrase=passphrase or None,
         from_keychain=frozenset(said),

@@ -25,8 +25,8 @@ import stat
 import struct
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 # The longest socket path every system takes (sun_path holds 104 bytes on macOS, 108 on Linux).
 MAX_SOCKET_PATH = 100
@@ -114,8 +114,7 @@ def runtime_directory(env: Mapping[str, str] | None = None, *, longest: int | No
         raise ChannelError(f"the channel's directory could not be made ({type(error).__name__})") from None
 
 
-@dataclass(frozen=True)
-class Channel:
+class Channel(NamedTuple):
     """The files of one vault's channel: the socket, the memory process's lock and its log."""
 
     directory: Path

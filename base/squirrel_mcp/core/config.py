@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from dataclasses import dataclass, field
+import sys
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import urlsplit
-
-import platformdirs
 
 from squirrel_mcp.core.keychain import KeychainError
 
@@ -17,13 +16,39 @@ APP_NAME = "squirrel-mcp"
 CACHE_DIR_VARIABLE = "SQUIRREL_MEMORY_CACHE_DIR"
 
 
+def linux_user_directory(variable: str, in_home: str) -> Path | None:
+    """On Linux, the XDG directory `variable` names (when absolute), else HOME's `in_home`.
+
+    What platformdirs answers there, without importing it (and tempfile, shutil, random with
+    it): a host's bridge reads the default paths and stays a few MB. None where platformdirs
+    decides: another system, or no absolute HOME.
+    """
+    if sys.platform != "linux":
+        return None
+    given = os.environ.get(variable, "")
+    if os.path.isabs(given):
+        return Path(given)
+    home = os.environ.get("HOME", "")
+    return Path(home) / in_home if os.path.isabs(home) else None
+
+
 def default_vault_path() -> Path:
     """The vault in the OS data directory (e.g. ~/.local/share/squirrel-mcp/vault.sqlite3)."""
+    data = linux_user_directory("XDG_DATA_HOME", ".local/share")
+    if data is not None:
+        return data / APP_NAME / "vault.sqlite3"
+    import platformdirs
+
     return platformdirs.user_data_path(APP_NAME, appauthor=False) / "vault.sqlite3"
 
 
 def default_cache_dir() -> Path:
     """The OS cache directory (e.g. ~/.cache, or $XDG_CACHE_HOME): checkpoints go in its squirrel-mcp/."""
+    cache = linux_user_directory("XDG_CACHE_HOME", ".cache")
+    if cache is not None:
+        return cache
+    import platformdirs
+
     return Path(platformdirs.user_cache_dir())
 
 
@@ -31,22 +56,30 @@ class ConfigError(Exception):
     """The environment asks for something this server cannot do."""
 
 
-@dataclass(frozen=True)
-class Config:
-    """What the server was told by its environment."""
+class Config(NamedTuple):
+    """What the server was told by its environment (a change is `config._replace(name=value)`)."""
 
     vault_path: Path
     passphrase: str | None
     api_base_url: str | None
     api_key: str | None
     # Where this machine keeps what it may lose (the log's checkpoints, the plugin's vector file).
-    cache_dir: Path = field(default_factory=default_cache_dir)
+    cache_dir: Path
     # `squirrel-mcp passphrase` only: the new passphrase, instead of asking for it.
     new_passphrase: str | None = None
     # Set by cli.unlock.from_keychain: the secrets read from the OS keychain ("passphrase",
     # "API key"), and why it could not be read when it could not (None: read, or not needed).
     from_keychain: frozenset[str] = frozenset()
     keychain_problem: KeychainError | None = None
+
+    def __repr__(self) -> str:
+        """The fields, the secrets as <hidden>: whoever prints a Config shows none."""
+        secrets = ("passphrase", "api_key", "new_passphrase")
+        shown = [
+            f"{name}={'<hidden>' if name in secrets and value else repr(value)}"
+            for name, value in self._asdict().items()
+        ]
+        return f"Config({', '.join(shown)})"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Config:

@@ -13,8 +13,7 @@ squirrel_mcp.core.channel), and nothing of the hello is ever logged.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from squirrel_mcp import __version__
 from squirrel_mcp.core.config import CACHE_DIR_VARIABLE, check_api_base_url
@@ -77,13 +76,17 @@ def settings(config: Config, env: dict[str, str]) -> dict[str, str]:
     return dict(sorted(chosen.items()))
 
 
-@dataclass(frozen=True)
-class Hello:
+class Hello(NamedTuple):
     """A bridge's first line."""
 
     identity: str
     settings: dict[str, str]
     passphrase: str | None
+
+    def __repr__(self) -> str:
+        """The hello without its passphrase."""
+        hidden = "<hidden>" if self.passphrase else None
+        return f"Hello(identity={self.identity!r}, settings={self.settings!r}, passphrase={hidden})"
 
     def line(self) -> bytes:
         """The hello as the line a bridge sends."""

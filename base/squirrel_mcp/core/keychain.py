@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 SERVICE = "squirrel-mcp"
 # Seconds a keychain call may take, the unlock prompt's wait included, before it counts as failed.
@@ -40,8 +39,7 @@ class NoKeychainError(KeychainError):
     """No keychain that keyring can use is on this machine (a headless Linux box, say)."""
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """One secret's place in the keychain: the service name and the user name its window shows."""
 
     user: str

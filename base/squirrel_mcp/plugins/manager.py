@@ -138,7 +138,7 @@ def shape(value: object) -> str:
     """A value's type and size, for tracing: never its content."""
     if isinstance(value, Ranking):
         return f"Ranking[{len(value.hits)} hits, {value.ranking}]"
-    if isinstance(value, list | tuple | set | frozenset | dict):
+    if type(value) in (list, tuple, set, frozenset, dict):  # not a named tuple (Config): a record
         return f"{type(value).__name__}[{len(value)}]"
     return type(value).__name__
 
@@ -255,7 +255,7 @@ class PluginHost:
         # A plugin needs neither the passphrase nor the API key: it reads memories through `memories`.
         from squirrel_mcp.book.reader import MemoryReader
 
-        safe = dataclasses.replace(config, passphrase=None, api_key=None)
+        safe = config._replace(passphrase=None, api_key=None)
         reader = MemoryReader(store)
         for name, _ in self._installed():
             if not one_plugin_caller(self.pm, "startup", name).get_hookimpls():
