@@ -138,7 +138,8 @@ def shape(value: object) -> str:
     """A value's type and size, for tracing: never its content."""
     if isinstance(value, Ranking):
         return f"Ranking[{len(value.hits)} hits, {value.ranking}]"
-    if type(value) in (list, tuple, set, frozenset, dict):  # not a named tuple (Config): a record
+    # A named tuple (Config) is a record, not a collection: its type only.
+    if isinstance(value, list | tuple | set | frozenset | dict) and not hasattr(value, "_fields"):
         return f"{type(value).__name__}[{len(value)}]"
     return type(value).__name__
 
