@@ -346,8 +346,9 @@ def run_cli(
     """
     registry = secrets_of_this_test()
     registry.add_env(env)
-    if args in ((), ("serve",)):
-        env = host_env(env)  # the server, piped: a host's, in the suite's mode
+    if args in ((), ("serve",)) or args[:1] == ("ui",):
+        # The server, piped (a host's), and the page (the memory process serves it): in the suite's mode.
+        env = host_env(env)
     result = subprocess.run(
         [sys.executable, "-m", "squirrel_mcp", *args],
         env={"PATH": os.environ["PATH"], **env},

@@ -20,7 +20,7 @@ from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.core.models import Category, Revision
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage.local import LocalVault
-from tests.conftest import PASSPHRASE, secrets_of_this_test
+from tests.conftest import PASSPHRASE, host_env, secrets_of_this_test
 
 # The test vault's key derivation: cheap, so unlocking takes milliseconds, not a second.
 CHEAP_KDF = crypto.KdfParams(salt=b"u" * crypto.SALT_BYTES, n=2**14)
@@ -153,9 +153,12 @@ def running_ui(env: dict[str, str], tmp_path: Path, *args: str, browser: bool = 
     """`squirrel-mcp ui --no-browser --port 0` on the vault of `env`; stopped with Ctrl-C afterwards.
 
     With `browser`, without `--no-browser`: it opens the browser that `env` names in BROWSER.
-    Its stderr goes to tmp_path/stderr-ui-N.txt, which the leak scan of conftest reads.
+    In the suite's mode (`host_env`): the vault's memory process serves the page, or, with
+    SQUIRREL_MCP_SHARED=0, the command itself. Its stderr goes to tmp_path/stderr-ui-N.txt,
+    which the leak scan of conftest reads.
     """
     secrets_of_this_test().add_env(env)
+    env = host_env(env)
     stderr_path = tmp_path / f"stderr-ui-{len(list(tmp_path.glob('stderr-ui-*.txt')))}.txt"
     options = [] if browser else ["--no-browser"]
     with stderr_path.open("w", encoding="utf-8") as stderr:

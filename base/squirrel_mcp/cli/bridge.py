@@ -27,6 +27,7 @@ from squirrel_mcp.core.hello import (
     IDLE_VARIABLE,
     Hello,
     HelloError,
+    PageRequest,
     identity,
     idle_seconds,
     read_answer,
@@ -380,12 +381,14 @@ def run(bridge: Bridge) -> str | None:
     return None
 
 
-def bridged(config: Config, env: dict[str, str]) -> str | None:
-    """The session relayed to the vault's memory process (RELAYED): what a host's server does.
+def bridge_of(
+    config: Config, env: dict[str, str], *, alone: str, page: PageRequest | None = None
+) -> Bridge | str | None:
+    """The way to the vault's memory process, or a line saying a setting of the sharing is wrong.
 
-    Otherwise the line this host was refused with (or why the sharing's settings are
-    wrong), or None: this process serves on its own, as where SQUIRREL_MCP_SHARED=0,
-    or where no local channel can be made (it says so in one line).
+    None: this process does without, as where SQUIRREL_MCP_SHARED=0, or where no local
+    channel can be made (it says so in one line, ending `alone`). `page`: the hello of
+    `squirrel-mcp ui`.
     """
     shared = env.get("SQUIRREL_MCP_SHARED") or "1"
     if shared not in ("0", "1"):
@@ -397,7 +400,7 @@ def bridged(config: Config, env: dict[str, str]) -> str | None:
     except ValueError:
         return "SQUIRREL_MCP_SHARED_IDLE must be a number of seconds, 0 or more"
     if not supported():
-        log_line("no local channel can be made on this system: this host's server runs on its own")
+        log_line(f"no local channel can be made on this system: {alone}")
         return None
     if not config.passphrase or (config.remote and not config.api_key):
         from squirrel_mcp.cli.unlock import from_keychain
@@ -408,14 +411,26 @@ def bridged(config: Config, env: dict[str, str]) -> str | None:
         served = identity(config)
         channel = Channel.of(served, env)
     except ConfigError:
-        return None  # the server on its own says what is wrong, as always
+        return None  # the command on its own says what is wrong, as always
     except ChannelError as error:
-        log_line(f"{error}: this host's server runs on its own")
+        log_line(f"{error}: {alone}")
         return None
-    hello = Hello(served, settings(config, env), config.passphrase)
+    return Bridge(channel, Hello(served, settings(config, env), config.passphrase, page), env)
+
+
+def bridged(config: Config, env: dict[str, str]) -> str | None:
+    """The session relayed to the vault's memory process (RELAYED): what a host's server does.
+
+    Otherwise the line this host was refused with (or why the sharing's settings are
+    wrong), or None: this process serves on its own (`bridge_of`).
+    """
+    alone = "this host's server runs on its own"
+    bridge = bridge_of(config, env, alone=alone)
+    if not isinstance(bridge, Bridge):
+        return bridge
     try:
-        refused = run(Bridge(channel, hello, env))
+        refused = run(bridge)
     except Unreachable as error:
-        log_line(f"{error}: this host's server runs on its own")
+        log_line(f"{error}: {alone}")
         return None
     return RELAYED if refused is None else refused

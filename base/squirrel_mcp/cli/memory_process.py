@@ -5,7 +5,8 @@ on the vault's channel, with the bridge's own environment. It takes the
 vault's lock (a second process for the vault waits for the lock, or leaves as
 soon as another one listens), listens, and unlocks in the background as the
 stdio server does. Every bridge is a session of its own over one store, one
-plugin host, one model and one vector table.
+plugin host, one model and one vector table; `squirrel-mcp ui` asks it for
+the page, which it serves on that store too while the command runs.
 
 A bridge is admitted only when it runs as this user (checked on every
 connection), its settings are this process's and its passphrase the one it
@@ -20,6 +21,7 @@ stdio server does at its end. Its log lines go to the channel's log file.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import threading
@@ -40,9 +42,11 @@ from squirrel_mcp.core.hello import (
     MAX_HELLO,
     Hello,
     HelloError,
+    PageRequest,
     answer,
     identity,
     idle_seconds,
+    page_answer,
     refusal,
     settings,
 )
@@ -233,24 +237,24 @@ class MemoryProcess:
             return False
         return await anyio.to_thread.run_sync(store.opened_by, hello.passphrase)
 
-    async def _admitted(self, stream: SocketStream, lines: Lines) -> bool:
-        """True when the bridge said its hello within HELLO_WAIT and was taken (it heard so)."""
+    async def _admitted(self, stream: SocketStream, lines: Lines) -> Hello | None:
+        """The bridge's hello when it said one within HELLO_WAIT and was taken (it heard so)."""
         with anyio.move_on_after(HELLO_WAIT):
             line = await lines.line(MAX_HELLO)
             if line is None:
-                return False
+                return None
             try:
                 hello = Hello.read(line)
             except HelloError as error:
                 log_line(f"a connection that is no bridge was closed ({error})")
-                return False
+                return None
             refused = refusal(self.ours, hello, self.where)
             if refused is not None and await self._passphrase_changed_to(hello):
                 # `squirrel-mcp passphrase` ran while this process served: the new one is ours.
                 self.ours = self.ours._replace(passphrase=hello.passphrase)
                 refused = None
             if self.retiring:
-                return False
+                return None
             if refused is not None and (self.opening.failure() is not None or self.bridges == 1):
                 # No answer, so that the bridge starts a fresh process with its own settings and
                 # passphrase: this one's unlock failed (a bridge like the one that failed is taken,
@@ -258,10 +262,43 @@ class MemoryProcess:
                 # a new config is not told to wait until this one is idle).
                 if self.opening.failure() is None:
                     self._retire()
-                return False
+                return None
             await stream.send(answer(refused))
-            return refused is None
-        return False
+            return hello if refused is None else None
+        return None
+
+    async def _page(self, request: PageRequest, stream: SocketStream, lines: Lines) -> None:
+        """`squirrel-mcp ui`: the page on this process's store, served until its command's connection closes.
+
+        It waits for the unlock (the command waits with it); the page sees the plugins and
+        the memories the bridges' sessions see, and the same writes.
+        """
+        from squirrel_mcp.core.config import ConfigError
+        from squirrel_mcp.ui.serve import Page
+
+        while (store := self.opening.store()) is None and self.opening.failure() is None:
+            await anyio.sleep(0.1)
+        if store is None:
+            await stream.send(page_answer(error=self.opening.failure()))
+            return
+        try:
+            making = functools.partial(
+                Page, store, self.host, where=self.where, port=request.port, handoff=request.handoff
+            )
+            page = await anyio.to_thread.run_sync(making)
+        except ConfigError as error:
+            await stream.send(page_answer(error=str(error)))
+            return
+        try:
+            page.start()
+            handoff = None if page.handoff is None else page.handoff.uri
+            await stream.send(page_answer(url=page.url, handoff=handoff))
+            # Served until `squirrel-mcp ui` ends (Ctrl-C): it says nothing more, its connection closes.
+            while await lines.line(MAX_HELLO) is not None:
+                pass
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(page.stop)
 
     async def session(self, stream: SocketStream) -> None:
         """One bridge: its peer checked, its hello judged, then its MCP session."""
@@ -274,12 +311,16 @@ class MemoryProcess:
                     log_line(str(refused))
                     return
                 lines = Lines(stream)
-                if not await self._admitted(stream, lines):
+                hello = await self._admitted(stream, lines)
+                if hello is None:
                     return
-                from squirrel_mcp.server.stdio import line_transport
+                if hello.page is not None:
+                    await self._page(hello.page, stream, lines)
+                else:
+                    from squirrel_mcp.server.stdio import line_transport
 
-                async with line_transport(lines, Replies(stream), on_overdue=_overdue) as (reads, writes):
-                    await self.server.serve_session(reads, writes)
+                    async with line_transport(lines, Replies(stream), on_overdue=_overdue) as (reads, writes):
+                        await self.server.serve_session(reads, writes)
                 if self.bridges == 1 and self.idle == 0:
                     # The last bridge, and no idle time: the next host, which may come at once
                     # with other settings, starts a fresh process; and this one's host sees

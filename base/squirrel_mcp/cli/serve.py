@@ -8,7 +8,9 @@ printed, so the MCP host shows the reason instead of a closed connection.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import socket
 import sys
 import threading
 
@@ -18,11 +20,14 @@ from squirrel_mcp.cli import bridge
 from squirrel_mcp.cli.background import open_in_background
 from squirrel_mcp.cli.bridge import NOT_TRIED
 from squirrel_mcp.core.config import Config
+from squirrel_mcp.core.hello import MAX_PORT, HelloError, PageRequest, read_page_answer
 from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager, load_plugins
 
 # How long the unlock waits for the server to be built before it starts anyway.
 SERVING_WAIT = 1.0
+# How long `squirrel-mcp ui` waits, after Ctrl-C, for the memory process to stop its page.
+PAGE_END_WAIT = 30.0
 
 # Each command below imports what it runs when it runs: the server answers its handshake
 # before it imports the vault's code (storage, cryptography, the memory book), and the
@@ -91,11 +96,21 @@ def cmd_serve(config: Config, pm: pluggy.PluginManager, bridged: str | None = NO
 
 
 def cmd_ui(args: argparse.Namespace, pm: pluggy.PluginManager | None) -> int:
-    """Unlock the account, then serve the memories' page on 127.0.0.1 until Ctrl-C."""
-    from squirrel_mcp.cli.unlock import location, open_store
+    """Serve the memories' page on 127.0.0.1 until Ctrl-C.
+
+    The vault's memory process serves it, on the store and plugins its hosts use (started
+    as a host's bridge starts it when none runs); with SQUIRREL_MCP_SHARED=0, or where no
+    local channel can be made, this process unlocks the account and serves it itself.
+    """
+    from squirrel_mcp.cli.unlock import UserError, location, open_store
     from squirrel_mcp.ui.serve import serve
 
+    if not 0 <= args.port <= MAX_PORT:
+        raise UserError(f"--port must be a port number, 0 to {MAX_PORT} (0: a free one)")
     config = Config.from_env()
+    served = page_of_memory_process(config, PageRequest(args.port, not args.no_browser))
+    if served is not None:
+        return served
     store = open_store(config, create=False)
     if pm is None:
         pm = get_plugin_manager()
@@ -109,3 +124,69 @@ def cmd_ui(args: argparse.Namespace, pm: pluggy.PluginManager | None) -> int:
         host.shutdown()
         store.close()
     return 0
+
+
+def page_of_memory_process(config: Config, request: PageRequest) -> int | None:
+    """The page served by the vault's memory process until Ctrl-C (0), or None: this process serves it.
+
+    None also where there is no vault yet (the page never creates one: the command on its
+    own says so). A passphrase asked on the terminal is given to a memory process this
+    command starts in its environment, as a host's config gives it.
+    """
+    from squirrel_mcp.cli.unlock import UserError, from_keychain, get_passphrase
+    from squirrel_mcp.ui.serve import announce, open_browser_at
+
+    env = dict(os.environ)
+    no_vault = not config.remote and not config.vault_path.expanduser().exists()
+    if env.get("SQUIRREL_MCP_SHARED") == "0" or no_vault:
+        return None
+    config = from_keychain(config)
+    if not config.passphrase and sys.stdin.isatty():
+        config = config._replace(passphrase=get_passphrase(config, confirm=False))
+        env["SQUIRREL_PASSPHRASE"] = config.passphrase or ""
+    alone = "the page unlocks the vault on its own"
+    way = bridge.bridge_of(config, env, alone=alone, page=request)
+    if isinstance(way, str):
+        raise UserError(way)
+    if way is None or not config.passphrase:
+        return None
+    try:
+        connected = way.connect()
+    except bridge.Unreachable as error:
+        log_line(f"{error}: {alone}")
+        return None
+    if isinstance(connected, str):
+        raise UserError(connected)
+    connection, reader = connected
+    stop = threading.Event()
+    log: threading.Thread | None = None
+    try:
+        try:
+            url, handoff = read_page_answer(reader.readline())
+        except HelloError as error:
+            # The line the memory process logged too: said once, as the error.
+            raise UserError(str(error)) from None
+        # From here the process's log lines show here, as they show in a host's log.
+        log = threading.Thread(target=way.follow_log, args=(stop,), name="squirrel-mcp-log", daemon=True)
+        log.start()
+        announce(url)
+        if handoff is not None:
+            open_browser_at(handoff)
+        try:
+            # Until Ctrl-C; the memory process says nothing more unless it ends.
+            reader.read()
+        except KeyboardInterrupt:
+            # The end told, and waited for: the page has stopped (its hand-off file deleted, and
+            # the store closed when no host is left and no idle time set) before this command ends.
+            connection.shutdown(socket.SHUT_WR)
+            connection.settimeout(PAGE_END_WAIT)
+            with contextlib.suppress(OSError):
+                reader.read()
+            return 0
+        raise UserError("the vault's memory process ended: the page has stopped")
+    finally:
+        stop.set()
+        if log is not None:
+            log.join(1.0)  # the lines written until the page stopped
+        reader.close()
+        connection.close()

@@ -3,7 +3,11 @@
 A bridge opens its connection with one JSON line: the squirrel-mcp version, the
 vault's identity, its settings and its passphrase. The memory process answers
 one line, `{"ok": true}` or `{"refused": LINE}`, and from then on the
-connection carries the host's MCP session, one JSON-RPC message per line. A
+connection carries the host's MCP session, one JSON-RPC message per line.
+`squirrel-mcp ui` says the same hello with a `page` (the port, and whether a
+browser is to be handed the address): once the page listens the process answers
+one more line, `{"url": URL, "handoff": FILE-URI or null}` or `{"error": LINE}`,
+and serves the page until the connection closes. A
 bridge is refused when its settings are not the running process's (the line
 names the settings, never a secret) or its passphrase is not the one the
 process was unlocked with. Only the user's own processes can connect (see
@@ -27,6 +31,7 @@ IDLE_VARIABLE = "SQUIRREL_MCP_SHARED_IDLE"
 DEFAULT_IDLE = 600.0
 # The longest hello read: a hello is a few hundred bytes; a longer line is no bridge's.
 MAX_HELLO = 64 * 1024
+MAX_PORT = 65535
 # Variables that are not settings of the memory process: the secrets (compared on their own),
 # and those of the sharing itself, which a bridge reads.
 NOT_SETTINGS = frozenset(
@@ -76,22 +81,36 @@ def settings(config: Config, env: dict[str, str]) -> dict[str, str]:
     return dict(sorted(chosen.items()))
 
 
+class PageRequest(NamedTuple):
+    """What `squirrel-mcp ui` asks of the memory process: the page on `port` (0: a free one)."""
+
+    port: int
+    # Whether a hand-off file is written for a browser (`squirrel-mcp ui` without --no-browser).
+    handoff: bool
+
+
 class Hello(NamedTuple):
-    """A bridge's first line."""
+    """A bridge's first line; `page` for `squirrel-mcp ui`'s."""
 
     identity: str
     settings: dict[str, str]
     passphrase: str | None
+    page: PageRequest | None = None
 
     def __repr__(self) -> str:
         """The hello without its passphrase."""
         hidden = "<hidden>" if self.passphrase else None
-        return f"Hello(identity={self.identity!r}, settings={self.settings!r}, passphrase={hidden})"
+        return (
+            f"Hello(identity={self.identity!r}, settings={self.settings!r}, passphrase={hidden}, "
+            f"page={self.page!r})"
+        )
 
     def line(self) -> bytes:
         """The hello as the line a bridge sends."""
-        message = {"squirrel-mcp": PROTOCOL, "identity": self.identity, "settings": self.settings}
-        message["passphrase"] = self.passphrase
+        message: dict[str, Any] = {"squirrel-mcp": PROTOCOL, "identity": self.identity}
+        message["settings"], message["passphrase"] = self.settings, self.passphrase
+        if self.page is not None:
+            message["page"] = {"port": self.page.port, "handoff": self.page.handoff}
         return json.dumps(message, ensure_ascii=True).encode("ascii") + b"\n"
 
     @classmethod
@@ -110,7 +129,17 @@ class Hello(NamedTuple):
             raise HelloError("settings that are not text")
         if passphrase is not None and not isinstance(passphrase, str):
             raise HelloError("a passphrase that is not text")
-        return cls(where, given, passphrase)
+        return cls(where, given, passphrase, _page_request(message.get("page")))
+
+
+def _page_request(page: Any) -> PageRequest | None:
+    """A hello's `page`; HelloError when it is not one."""
+    if page is None:
+        return None
+    port, handoff = (page.get("port"), page.get("handoff")) if isinstance(page, dict) else (None, None)
+    if type(port) is not int or not 0 <= port <= MAX_PORT or not isinstance(handoff, bool):
+        raise HelloError("a page that is not a port and a hand-off flag")
+    return PageRequest(port, handoff)
 
 
 def _same(one: str | None, other: str | None) -> bool:
@@ -156,6 +185,26 @@ def read_answer(line: bytes) -> str | None:
     if isinstance(message, dict) and isinstance(message.get("refused"), str):
         return str(message["refused"])
     raise HelloError("no answer to the hello")
+
+
+def page_answer(*, url: str | None = None, handoff: str | None = None, error: str | None = None) -> bytes:
+    """The process's line once the page asked for listens (`url`, `handoff`), or why it cannot (`error`)."""
+    message = {"error": error} if error is not None else {"url": url, "handoff": handoff}
+    return json.dumps(message).encode("utf-8") + b"\n"
+
+
+def read_page_answer(line: bytes) -> tuple[str, str | None]:
+    """(the page's address, its hand-off file's URI or None); HelloError: no page, with the line why."""
+    try:
+        message: Any = json.loads(line) if line else None
+    except (ValueError, RecursionError):
+        message = None
+    if isinstance(message, dict) and isinstance(message.get("error"), str):
+        raise HelloError(message["error"])
+    if not isinstance(message, dict) or not isinstance(message.get("url"), str):
+        raise HelloError("the memory process ended before the page listened")
+    handoff = message.get("handoff")
+    return message["url"], handoff if isinstance(handoff, str) else None
 
 
 def idle_seconds(value: str | None) -> float:

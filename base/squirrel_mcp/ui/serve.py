@@ -51,6 +51,83 @@ def listen(port: int) -> socket.socket:
     return sock
 
 
+class Page:
+    """The page on 127.0.0.1, listening from the start: its one-time address, its hand-off file.
+
+    Served in this thread (`run`, until Ctrl-C) by `squirrel-mcp ui` on its own, or in a
+    thread of its own (`start`, until `stop`) by the vault's memory process. `handoff`:
+    a Handoff file is written for the browser, deleted once the token is redeemed, and in
+    any case when the page stops.
+    """
+
+    def __init__(self, store: MemoryStore, host: PluginHost, *, where: str, port: int, handoff: bool) -> None:
+        self.socket = listen(port)
+        self.handoff: Handoff | None = None
+        self._thread: threading.Thread | None = None
+        try:
+            bound = int(self.socket.getsockname()[1])
+            token = secrets.token_urlsafe(32)
+            self.url = f"http://{LOOPBACK}:{bound}/?token={token}"
+            if handoff:
+                self.handoff = Handoff.write(self.url)
+            redeemed = None if self.handoff is None else self.handoff.remove
+            app = Guard(create_app(store, host, where=where), port=bound, token=token, redeemed=redeemed)
+            config = uvicorn.Config(
+                app,
+                log_config=None,
+                log_level="warning",
+                access_log=False,
+                lifespan="off",
+                server_header=False,
+                proxy_headers=False,
+                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN,
+            )
+            self.server = uvicorn.Server(config)
+        except BaseException:
+            self.close()
+            raise
+
+    def run(self) -> None:
+        """Serve until interrupted (uvicorn stops on Ctrl-C in the main thread), then close."""
+        try:
+            # The socket already listens: a browser connecting from now on waits in its queue.
+            self.server.run(sockets=[self.socket])
+        finally:
+            self.close()
+
+    def start(self) -> None:
+        """Serve in a thread of its own, until `stop`."""
+        self._thread = threading.Thread(target=self.run, name="squirrel-mcp-ui", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End the page a thread serves (its open requests get GRACEFUL_SHUTDOWN seconds), then close."""
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(GRACEFUL_SHUTDOWN + 5)
+        self.close()
+
+    def close(self) -> None:
+        """The socket closed and the hand-off file deleted; again is a no-op."""
+        self.socket.close()
+        if self.handoff is not None:
+            self.handoff.remove()
+
+
+def announce(url: str, out: TextIO = sys.stdout) -> None:
+    """The page's address, as `squirrel-mcp ui` prints it."""
+    print(f"Your memories, on this computer only: {url}", file=out, flush=True)
+    print("The address opens once; Ctrl-C stops the page.", file=out, flush=True)
+
+
+def open_browser_at(uri: str) -> None:
+    """The browser opened on `uri` (a hand-off file's), in a thread.
+
+    In a thread: a browser named by BROWSER is waited for, and it needs the page to answer.
+    """
+    threading.Thread(target=webbrowser.open, args=(uri,), name="squirrel-mcp-ui-browser", daemon=True).start()
+
+
 def serve(
     store: MemoryStore,
     host: PluginHost,
@@ -65,36 +142,12 @@ def serve(
     The browser gets it through a Handoff file, deleted once the token is redeemed
     or when the page stops.
     """
-    sock = listen(port)
-    handoff: Handoff | None = None
+    page = Page(store, host, where=where, port=port, handoff=open_browser)
     try:
-        bound = int(sock.getsockname()[1])
-        token = secrets.token_urlsafe(32)
-        url = f"http://{LOOPBACK}:{bound}/?token={token}"
-        if open_browser:
-            handoff = Handoff.write(url)
-        redeemed = None if handoff is None else handoff.remove
-        app = Guard(create_app(store, host, where=where), port=bound, token=token, redeemed=redeemed)
-        config = uvicorn.Config(
-            app,
-            log_config=None,
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-            server_header=False,
-            proxy_headers=False,
-            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN,
-        )
-        # The socket already listens: a browser connecting from now on waits in its queue.
-        print(f"Your memories, on this computer only: {url}", file=out, flush=True)
-        print("The address opens once; Ctrl-C stops the page.", file=out, flush=True)
-        if handoff is not None:
-            # In a thread: a browser named by BROWSER is waited for, and it needs the page to answer.
-            threading.Thread(
-                target=webbrowser.open, args=(handoff.uri,), name="squirrel-mcp-ui-browser", daemon=True
-            ).start()
-        uvicorn.Server(config).run(sockets=[sock])
-    finally:
-        sock.close()
-        if handoff is not None:
-            handoff.remove()
+        announce(page.url, out)
+        if page.handoff is not None:
+            open_browser_at(page.handoff.uri)
+    except BaseException:
+        page.close()
+        raise
+    page.run()
