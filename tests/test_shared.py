@@ -8,6 +8,7 @@ bridge starts. The channel's directory is a short one of the test's own
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -34,6 +35,7 @@ from tests.shared_support import (
     shared_host_env,
     wait_until,
 )
+from tests.ui_support import FORM, form_body, post_form, running_ui
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
@@ -314,6 +316,66 @@ async def test_a_bad_sharing_setting_is_told_on_every_call(shared_env: dict[str,
         assert line.startswith(f"squirrel-mcp: {expected}"), line
         assert stderr_of_last_host() == [line]
     assert memory_processes(shared_env) == []
+
+
+def listens_on(pid: int, port: int) -> bool:
+    """Whether process `pid` holds the socket listening on 127.0.0.1:`port`."""
+    held = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            held.add(os.readlink(fd))
+    for row in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = row.split()
+        local, state, inode = fields[1], fields[3], fields[9]
+        if local == f"0100007F:{port:04X}" and state == "0A":  # 127.0.0.1, LISTEN
+            return f"socket:[{inode}]" in held
+    return False
+
+
+def opened_files(pid: int) -> set[str]:
+    found = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            found.add(os.readlink(fd))
+    return found
+
+
+async def test_the_page_of_squirrel_mcp_ui_is_served_by_the_running_memory_process(
+    shared_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`squirrel-mcp ui` beside a host: the host's memory process serves the page, on the same memories."""
+    async with Client(server_params(shared_env)) as client:
+        first = (await call(client, "save_memory", text="Ada keeps bees on the roof"))["memory"]["id"]
+        serving = memory_process(shared_env)
+        assert serving is not None
+        with running_ui(shared_env, tmp_path) as ui:
+            assert listens_on(serving, ui.port)
+            assert memory_processes(shared_env) == [serving]
+            # The command holds no vault: it opened no file of it.
+            assert not any(
+                name.startswith(shared_env["SQUIRREL_VAULT"]) for name in opened_files(ui.process.pid)
+            )
+            cookie = ui.login()
+            await call(
+                client, "save_memory", text="The hives of Ada face south", entity="Ada", category="fact"
+            )
+            status, _, page = ui.request("GET", "/", headers={"Cookie": cookie})
+            assert status == 200
+            assert "Ada keeps bees on the roof" in page and "The hives of Ada face south" in page
+            # A delete on the page: the host's next search does not find it.
+            form = {**FORM, "Cookie": cookie, "Origin": ui.origin}
+            post_form(ui, f"/memory/{first}/delete", form, form_body(reason="moved"))
+            found = await call(client, "search_memory", query="bees")
+            assert [hit["text"] for hit in found["results"]] == []
+            # A page asked with another passphrase is refused, in one line.
+            wrong = run_cli({**shared_env, "SQUIRREL_PASSPHRASE": "a different passphrase entirely"}, "ui")
+            assert wrong.returncode == 1 and wrong.stdout == b""
+            refused = wrong.stderr.decode().strip().splitlines()
+            assert len(refused) == 1 and "is not the one the memory process of" in refused[0], refused
+        # The page stopped; the process serves its host on.
+        assert memory_process(shared_env) == serving
+        found = await call(client, "search_memory", query="hives")
+    assert [hit["text"] for hit in found["results"]] == ["The hives of Ada face south"]
 
 
 def test_the_hello_names_no_secret_and_the_socket_is_the_users_alone(
