@@ -196,12 +196,12 @@ def schedule_key(item: pytest.Item) -> int:
 
 
 # What a module calls when it starts a server as a host does (the suite's mode decides how).
-STARTS_A_HOST = re.compile(r"\b(server_params|host_env|ts_calls)\(|\brun_cli\(\w+, stdin=")
+STARTS_A_HOST = re.compile(r"\b(server_params|host_env|ts_calls)\(|\brun_cli\(\w+, (stdin=|\"ui\")")
 
 
 @functools.cache
 def calls_a_host(function: Any) -> bool:
-    """True when `function`'s source, or that of a function of the suite it calls, starts a host."""
+    """True when `function`'s source, or that of a function or class of the suite it calls, starts a host."""
     if not getattr(function, "__module__", "").startswith("tests"):
         return False  # pytest's own fixtures start no host
     try:
@@ -211,12 +211,16 @@ def calls_a_host(function: Any) -> bool:
         return True  # a function made at run time: kept, as unknown
     if STARTS_A_HOST.search(source):
         return True
-    # The suite's functions it calls by name (its module's, or imported from another test module);
-    # run_cli serves only when called as STARTS_A_HOST says, so its own source is not followed.
+    # The suite's functions and classes it calls by name (its module's, or imported from another
+    # test module); run_cli serves only when called as STARTS_A_HOST says, so its own source is
+    # not followed.
+    # A decorated helper (a @contextmanager) names what it calls in its own module, not the decorator's.
+    unwrapped = inspect.unwrap(function)
+    names = getattr(unwrapped, "__globals__", None) or vars(sys.modules[function.__module__])
     helpers = [
         value
-        for name, value in getattr(function, "__globals__", {}).items()
-        if inspect.isfunction(value)
+        for name, value in names.items()
+        if (inspect.isfunction(value) or inspect.isclass(value))
         and value not in (function, run_cli)
         and re.search(rf"\b{name}\(", source)
     ]
