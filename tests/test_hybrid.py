@@ -334,6 +334,8 @@ def open_hybrid(
         span=0.5,
         path=path,
         clock=lambda: model.clock,
+        # One warm-up thread, as on this suite's two-core machines, whatever the machine it runs on.
+        threads=kwargs.pop("threads", 1),  # type: ignore[arg-type]
         **kwargs,  # type: ignore[arg-type]
     )
     store.listeners.append(hybrid.changed)
@@ -480,9 +482,41 @@ def test_the_warm_up_thread_embeds_everything_and_writes_the_file(store: MemoryS
     hybrid.warm_all()
     assert hybrid.table.revision(saved[3].id) == 2
     hybrid.stop_warm_up()
-    assert hybrid._warmer is not None and not hybrid._warmer.is_alive()
+    assert hybrid._warmers and not any(warmer.is_alive() for warmer in hybrid._warmers)
     hybrid.flush()
     assert len(open_hybrid(store, path, CountingModel(), []).table) == 50
+
+
+def test_the_warm_up_uses_half_the_cores_it_may_run_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert [warmup.warm_up_threads(cores) for cores in (1, 2, 3, 4, 8, 16)] == [1, 1, 1, 2, 4, 8]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)
+    assert warmup.warm_up_threads() == 3
+
+
+def test_warm_up_threads_side_by_side_embed_every_memory_once(store: MemoryStore, tmp_path: Path) -> None:
+    saved = save_many(store, 120)
+    together = threading.Barrier(3, timeout=60)
+    threads_seen: set[int] = set()
+
+    class SideBySide(CountingModel):
+        def embed(self, texts: Sequence[str]) -> vectors.Matrix:
+            if threading.get_ident() not in threads_seen:
+                threads_seen.add(threading.get_ident())
+                # Each warm-up thread's first batch waits for the other two: all three embed at once.
+                together.wait()
+            return super().embed(texts)
+
+    model = SideBySide()
+    hybrid = open_hybrid(store, tmp_path / "v.bin", model, [], threads=3)
+    hybrid.start_warm_up()
+    deadline = time.monotonic() + 120
+    while (hybrid.pending or hybrid._in_flight) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    hybrid.stop_warm_up()
+    assert len(hybrid._warmers) == 3 and len(threads_seen) == 3
+    assert not hybrid.pending and len(hybrid.table) == 120
+    # Every memory embedded exactly once, whichever thread took it.
+    assert sorted(model.texts) == sorted(warmup.recipe(m) for m in saved)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="per-thread priority is Linux's")

@@ -64,7 +64,8 @@ class Hybrid(WarmUp):
         """A search's note while the warm-up is not done: how far, about how long still. Under the lock."""
         left = progress.total - progress.done
         if self._warm_count:
-            seconds = left * self._warm_seconds / self._warm_count
+            # The seconds one thread took per memory, shared by the threads that embed side by side.
+            seconds = left * self._warm_seconds / self._warm_count / self.threads
             when = f"about {_duration(seconds)} until all are"
         else:
             when = "how long until all are is not known yet"

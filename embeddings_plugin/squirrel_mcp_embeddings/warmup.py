@@ -3,12 +3,13 @@
 `WarmUp` opens the account's vector file (or starts empty, writing REBUILT when the
 file cannot be read) and keeps its vectors current: a memory whose revision moved
 loses its vector and is queued again, a deleted one is forgotten (`changed`). The
-warm-up embeds every memory without a current vector, WARM_UP_BATCH at a time: in a
-thread of the plugin's own at a lower priority (`start_warm_up`, stopped after its
-batch in progress by `stop_warm_up`), or in the caller's thread until none is left
-(`warm_all`). The vector file is written by another thread of the plugin's own (every
-SAVE_EVERY seconds while warming up, and when the backlog is done) or by `flush`, so
-no search waits for the disk.
+warm-up embeds every memory without a current vector, WARM_UP_BATCH at a time: in
+threads of the plugin's own at a lower priority (`start_warm_up`: one per two cores
+this process may run on, at least one; each stopped after its batch in progress by
+`stop_warm_up`), or in the caller's thread until none is left (`warm_all`). The
+vector file is written by another thread of the plugin's own (every SAVE_EVERY seconds
+while warming up, and when the backlog is done) or by `flush`, so no search waits for
+the disk.
 
 The ranker over these vectors is ranker.Hybrid, a WarmUp. Lines written, each at most
 once: RUNTIME_FAILED, UNWRITABLE, REBUILT. None holds memory text, a key or a vector.
@@ -39,7 +40,7 @@ WARM_UP_BATCH = 16
 WARM_UP_NICE = 10
 # While warming up, the vector file is written at most this often (and once when it is done).
 SAVE_EVERY = 30.0
-# Shutdown waits this long for the batch in progress.
+# Shutdown waits this long for the batches in progress.
 STOP_WAIT = 3.0
 
 RUNTIME_FAILED = (
@@ -57,6 +58,18 @@ class Embeds(Protocol):
     def embed(self, texts: Sequence[str]) -> vectors.Matrix:
         """One L2-normalised float32 row per text."""
         ...
+
+
+def warm_up_threads(cores: int | None = None) -> int:
+    """How many threads warm up: half the cores this process may run on (`cores`), at least one.
+
+    Each embeds with one runtime thread, so the warm-up keeps at most half the cores busy
+    and a search's query embedding always finds one free.
+    """
+    if cores is None:
+        affinity = getattr(os, "sched_getaffinity", None)
+        cores = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+    return max(1, cores // 2)
 
 
 def recipe(memory: Revision) -> str:
@@ -94,10 +107,12 @@ class WarmUp:
         span: float,
         path: Path,
         clock: Callable[[], float] = time.monotonic,
+        threads: int | None = None,
     ) -> None:
         """Open `memories`' vector file at `path` (or start empty); writes REBUILT if it is unusable.
 
-        Nothing is embedded until `start_warm_up` (or `warm_all`) is called.
+        Nothing is embedded until `start_warm_up` (or `warm_all`) is called; it embeds in
+        `threads` threads (None: `warm_up_threads()`).
         """
         self._embedder = embedder
         self._memories = memories
@@ -114,8 +129,9 @@ class WarmUp:
         self._file_lock = threading.Lock()
         self._wake = threading.Event()
         self._saver: threading.Thread | None = None
-        # The warm-up: its thread, what wakes it (new work, or stop), and its measured pace.
-        self._warmer: threading.Thread | None = None
+        # The warm-up: its threads, what wakes them (new work, or stop), and its measured pace.
+        self.threads = warm_up_threads() if threads is None else max(1, threads)
+        self._warmers: list[threading.Thread] = []
         self._more = threading.Event()
         self._stopping = threading.Event()
         self._warm_seconds = 0.0
@@ -231,16 +247,21 @@ class WarmUp:
         return made
 
     def start_warm_up(self) -> None:
-        """Embed, in a thread of the plugin's own, every memory without a current vector (startup calls it).
+        """Embed, in `threads` threads of the plugin's own, every memory without a current vector.
 
-        Small batches, one at a time, so a search's query embedding never waits for the
-        backlog; searches meanwhile rank by meaning what is embedded so far. The vector
-        file is written every SAVE_EVERY seconds and when the backlog is done.
+        Startup calls it. Small batches, one per thread at a time, so a search's query
+        embedding never waits for the backlog; searches meanwhile rank by meaning what is
+        embedded so far. The vector file is written every SAVE_EVERY seconds and when the
+        backlog is done.
         """
-        if self._warmer is None:
+        if not self._warmers:
             self._more.set()
-            self._warmer = threading.Thread(target=self._warm_loop, name="squirrel-mcp-warm-up", daemon=True)
-            self._warmer.start()
+            self._warmers = [
+                threading.Thread(target=self._warm_loop, name="squirrel-mcp-warm-up", daemon=True)
+                for _ in range(self.threads)
+            ]
+            for warmer in self._warmers:
+                warmer.start()
 
     def _warm_loop(self) -> None:
         _lower_priority(WARM_UP_NICE)
@@ -269,11 +290,12 @@ class WarmUp:
                 self._save_soon()
 
     def stop_warm_up(self, timeout: float = STOP_WAIT) -> None:
-        """Stop the warm-up thread after the batch it is embedding; wait for it up to `timeout` s."""
+        """Stop the warm-up threads after the batches they are embedding; wait up to `timeout` s."""
         self._stopping.set()
         self._more.set()
-        if self._warmer is not None:
-            self._warmer.join(timeout)
+        deadline = time.monotonic() + timeout
+        for warmer in self._warmers:
+            warmer.join(max(0.0, deadline - time.monotonic()))
 
     def _runtime_failed(self) -> None:
         """The runtime raised: the rest of the session is lexical, said once."""
