@@ -31,6 +31,7 @@ docs/benchmarks/startup.md (`nox -s bench`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib.metadata
 import json
@@ -85,6 +86,8 @@ class Variant:
     expected_tools: int | None = None
     # A cache directory emptied before each start: the vault opens without its snapshot.
     cold_cache: Path | None = None
+    # A host connected through the whole run, so that this one's bridge finds the memory process running.
+    holder: StdioServerParameters | None = None
     listed: list[float] = field(default_factory=list)
     answered: list[float] = field(default_factory=list)
     peak_rss: list[int] = field(default_factory=list)
@@ -130,16 +133,22 @@ def cache_of(vault: Path) -> Path:
 
 
 def squirrel_params(
-    vault: Path, *, plugins: bool = False, cache: Path | None = None
+    vault: Path, *, plugins: bool = False, cache: Path | None = None, runtime: Path | None = None
 ) -> StdioServerParameters:
-    """Start the installed squirrel-mcp on `vault`, the way an MCP client config does."""
+    """Start the installed squirrel-mcp on `vault`, the way an MCP client config does.
+
+    A server of its own, the minimal server's peer; given `runtime` (the channel's
+    directory), a host's bridge to the vault's memory process, as by default, the memory
+    process ending with its last bridge (no idle time).
+    """
     env = {
         "SQUIRREL_VAULT": str(vault),
         "SQUIRREL_PASSPHRASE": PASSPHRASE,
         "SQUIRREL_MEMORY_CACHE_DIR": str(cache or cache_of(vault)),
-        # A server of its own, the minimal server's peer (scripts/bench_shared.py measures the bridges).
         "SQUIRREL_MCP_SHARED": "0",
     }
+    if runtime is not None:
+        env |= {"SQUIRREL_MCP_SHARED": "1", "SQUIRREL_MCP_SHARED_IDLE": "0", "XDG_RUNTIME_DIR": str(runtime)}
     if not plugins:
         env["SQUIRREL_MCP_PLUGINS"] = ""
     return StdioServerParameters(command=sys.executable, args=["-m", "squirrel_mcp"], env=env)
@@ -191,22 +200,37 @@ def make_vaults(workdir: Path, sizes: list[int]) -> tuple[dict[int, Path], str]:
     return vaults, max(words, key=len).lower()
 
 
-def peak_rss(command: list[str]) -> int:
-    """The peak resident set size (bytes) of this process's child running `command`; 0 where unknown."""
-    me = str(os.getpid())
+def _peak(process: Path) -> int:
+    """VmHWM of the process at /proc/PID, in bytes; 0 where unknown."""
+    for line in (process / "status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def peak_rss(command: list[str], runtime: str | None = None) -> int:
+    """The peak resident set size (bytes) of this process's child running `command`; 0 where unknown.
+
+    Given `runtime` (a bridge's channel directory), the peak of the memory process listening
+    there is added: a bridge's host costs both.
+    """
+    me, total = str(os.getpid()), 0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             parent = stat.read_text().rsplit(")", 1)[1].split()[1]
-            if parent != me or (stat.parent / "cmdline").read_bytes().split(b"\0")[:-1] != [
-                part.encode() for part in command
-            ]:
-                continue
-            for line in (stat.parent / "status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
+            cmdline = (stat.parent / "cmdline").read_bytes()
+            ours = parent == me and cmdline.split(b"\0")[:-1] == [part.encode() for part in command]
+            channel = f"XDG_RUNTIME_DIR={runtime}".encode()
+            serving = (
+                runtime is not None
+                and b"squirrel_mcp.cli.memory_process" in cmdline
+                and channel in (stat.parent / "environ").read_bytes().split(b"\0")
+            )
+            if ours or serving:
+                total += _peak(stat.parent)
         except (OSError, IndexError, ValueError):
             continue
-    return 0
+    return total
 
 
 async def start_once(variant: Variant) -> tuple[float, float, int]:
@@ -227,7 +251,9 @@ async def start_once(variant: Variant) -> tuple[float, float, int]:
         answered = time.perf_counter() - started
         if result.is_error:
             raise RuntimeError(f"{variant.name}: the first {name} failed: {result.content}")
-        rss = peak_rss([variant.params.command, *variant.params.args])
+        env = variant.params.env or {}
+        runtime = env.get("XDG_RUNTIME_DIR") if env.get("SQUIRREL_MCP_SHARED") == "1" else None
+        rss = peak_rss([variant.params.command, *variant.params.args], runtime)
         variant.tools = len(listing.tools)
         variant.protocol = client.protocol_version
     if variant.expected_tools is not None and variant.tools != variant.expected_tools:
@@ -387,6 +413,11 @@ def render(variants: list[Variant], baseline: Variant, env: list[tuple[str, str]
         "- squirrel-mcp runs with word search only (`SQUIRREL_MCP_PLUGINS` empty), except the row",
         "  marked with installed plugins (on the empty vault: the plugins load, and start in the",
         "  background).",
+        "- The rows marked bridge are the default way (`SQUIRREL_MCP_SHARED=1`): the host starts a",
+        "  bridge, which starts the vault's memory process (first host; no idle time, so it ends with",
+        "  each run's host) or finds it running (another host: a host kept connected through the run",
+        "  started it). Their peak RSS is the bridge's and the memory process's together. The other",
+        "  squirrel-mcp rows are servers of their own (`SQUIRREL_MCP_SHARED=0`).",
         "- The first search looks for one word of the first memory's text. Peak RSS is the server's",
         "  VmHWM (/proc) once that answer has come back.",
         "- Each server is started once untimed per warm-up round (byte-code caches, page cache).",
@@ -459,9 +490,36 @@ async def run(args: argparse.Namespace) -> None:
                     search,
                 )
             )
+        for size, vault in vaults.items():
+            if size not in (0, largest):
+                continue
+            # The default way (SQUIRREL_MCP_SHARED=1): a host's bridge starts the memory process, or
+            # finds it running (started by a host connected throughout). A channel directory each.
+            first = Path(tempfile.mkdtemp(prefix="sq-first-"))
+            beside = Path(tempfile.mkdtemp(prefix="sq-beside-"))
+            variants.append(
+                Variant(
+                    f"squirrel-mcp, {size:,} memories, bridge of the first host (starts the memory process)",
+                    squirrel_params(vault, runtime=first),
+                    search,
+                )
+            )
+            variants.append(
+                Variant(
+                    f"squirrel-mcp, {size:,} memories, bridge of another host (the memory process runs)",
+                    squirrel_params(vault, runtime=beside),
+                    search,
+                    holder=squirrel_params(vault, runtime=beside),
+                )
+            )
         variants.append(baseline)
         load_before = load_average()
-        await measure(variants, args.runs, args.warmup)
+        async with contextlib.AsyncExitStack() as holders:
+            for variant in variants:
+                if variant.holder is not None:
+                    holder = await holders.enter_async_context(Client(variant.holder))
+                    await holder.call_tool(*search)  # the memory process has unlocked the vault
+            await measure(variants, args.runs, args.warmup)
         load_after = load_average()
 
     scrypt_ms = scrypt_reference()
