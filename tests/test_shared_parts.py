@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -9,10 +10,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from squirrel_mcp.cli.bridge import Relay
 from squirrel_mcp.core.channel import (
     MAX_SOCKET_PATH,
     Channel,
@@ -33,10 +37,13 @@ from squirrel_mcp.core.hello import (
     DEFAULT_IDLE,
     Hello,
     HelloError,
+    PageRequest,
     answer,
     identity,
     idle_seconds,
+    page_answer,
     read_answer,
+    read_page_answer,
     refusal,
     settings,
 )
@@ -123,6 +130,103 @@ def test_a_hello_round_trips_and_anything_else_is_refused(tmp_path: Path) -> Non
     assert read_answer(answer("no, because")) == "no, because"
     with pytest.raises(HelloError):
         read_answer(b'{"ok": false}')
+
+
+def test_a_page_hello_round_trips_and_a_bad_page_is_refused(tmp_path: Path) -> None:
+    asking = hello(tmp_path)._replace(page=PageRequest(8765, handoff=True))
+    assert Hello.read(asking.line()) == asking
+    assert Hello.read(hello(tmp_path).line()).page is None
+    base = {"squirrel-mcp": 1, "identity": "x", "settings": {}, "passphrase": None}
+    for page in [
+        3,
+        {"port": -1, "handoff": True},
+        {"port": 65536, "handoff": True},
+        {"port": True, "handoff": True},
+        {"port": "80", "handoff": True},
+        {"port": 80, "handoff": "yes"},
+        {"port": 80},
+    ]:
+        with pytest.raises(HelloError):
+            Hello.read(json.dumps({**base, "page": page}).encode())
+    assert read_page_answer(page_answer(url="http://127.0.0.1:1/?token=t", handoff=None)) == (
+        "http://127.0.0.1:1/?token=t",
+        None,
+    )
+    assert read_page_answer(page_answer(url="u", handoff="file:///run/x.html")) == ("u", "file:///run/x.html")
+    with pytest.raises(HelloError, match=r"^cannot listen, because$"):
+        read_page_answer(page_answer(error="cannot listen, because"))
+    for line in [b"", b"{}", b"[1]", b"not json"]:
+        with pytest.raises(HelloError, match="ended before the page listened"):
+            read_page_answer(line)
+
+
+class Replies:
+    """What a relay writes to its host (stdout), one message per line."""
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+
+    def write(self, line: bytes) -> None:
+        self.lines.append(line)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_a_request_that_never_left_goes_to_the_next_memory_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sent to a connection already gone (the write fails): no process read it, so the next one gets it."""
+    failed = threading.Event()
+
+    class GoneConnection:
+        """The connection to a memory process that died: nothing can be written to it."""
+
+        def sendall(self, data: bytes) -> None:
+            failed.set()
+            raise BrokenPipeError
+
+        def shutdown(self, how: int) -> None:
+            pass
+
+    # The old connection's reading side, which sees its end only when the test says.
+    old_reader, old_writer = os.pipe()
+    fresh, fresh_peer = socket.socketpair()
+
+    class NextProcess:
+        def connect(self) -> tuple[socket.socket, object]:
+            return fresh, fresh.makefile("rb")
+
+    call = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": "get_context", "arguments": {}},
+    }
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(json.dumps(call).encode() + b"\n")))
+    relay = Relay(NextProcess(), GoneConnection(), os.fdopen(old_reader, "rb"))  # type: ignore[arg-type]
+    replies = relay.out = Replies()  # type: ignore[assignment]
+    up = threading.Thread(target=relay.up, daemon=True)
+    up.start()
+    assert failed.wait(30)
+    # Taken back from the requests awaiting an answer (so the end of the old connection does not
+    # answer it as lost), before the reading side has seen that end.
+    deadline = time.monotonic() + 30
+    while relay.outstanding and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not relay.outstanding
+    down = threading.Thread(target=relay.down, daemon=True)
+    down.start()
+    os.close(old_writer)
+    with fresh_peer.makefile("rb") as from_bridge:
+        assert json.loads(from_bridge.readline()) == call
+        answer_line = {"jsonrpc": "2.0", "id": 7, "result": {"content": []}}
+        fresh_peer.sendall(json.dumps(answer_line).encode() + b"\n")
+        assert from_bridge.readline() == b""  # the host's input ended: the bridge said so
+    fresh_peer.close()
+    up.join(30)
+    down.join(30)
+    assert not up.is_alive() and not down.is_alive()
+    # The host got the new process's answer, and no "may or may not have been done".
+    assert [json.loads(line) for line in replies.lines] == [answer_line]
 
 
 def test_the_idle_setting() -> None:

@@ -7,7 +7,8 @@ ways. When the memory process ends under it (killed, crashed), every request
 the process had not answered is answered here with an error saying the call
 may or may not have been done (a write is never silently sent again); the
 bridge then connects to a new memory process, replays the host's handshake to
-it, and relays the next calls there.
+it, and relays the next calls there. A request that could not be sent at all
+(the connection was already gone) reached no process: it goes to the new one.
 """
 
 from __future__ import annotations
@@ -249,26 +250,49 @@ class Relay:
         while line := stdin.readline():
             if not line.endswith(b"\n"):
                 line += b"\n"
-            message = _message(line)
-            with self.changed:
-                while self.connection is None and self.gone is None:
-                    self.changed.wait()
-                if self.gone is not None:
-                    if message is not None and "method" in message and "id" in message:
-                        self.answer_error(message["id"], message["method"], self.gone)
-                    continue
-                self._note(message, line)
-                connection = self.connection
-                assert connection is not None
-            with contextlib.suppress(OSError):
-                # A connection that died meanwhile: the reading side answers what was sent to it.
-                connection.sendall(line)
+            self._send(line, _message(line))
         with self.changed:
             self.input_ended = True
             if self.connection is not None:
                 with contextlib.suppress(OSError):
                     self.connection.shutdown(socket.SHUT_WR)
             self.changed.notify_all()
+
+    def _send(self, line: bytes, message: dict[str, Any] | None) -> None:
+        """One line of the host's to the memory process; to the next one if it never left for this one.
+
+        A line that could not be sent whole was read by no process: a request in it is sent
+        again to the next process (unless the reading side has answered it already), as if
+        the host had sent it then. A request that did leave is never sent again.
+        """
+        failed_on: socket.socket | None = None
+        while True:
+            with self.changed:
+                while (self.connection is None or self.connection is failed_on) and self.gone is None:
+                    self.changed.wait()
+                if self.gone is not None:
+                    if message is not None and "method" in message and "id" in message:
+                        self.answer_error(message["id"], message["method"], self.gone)
+                    return
+                self._note(message, line)
+                connection = self.connection
+                assert connection is not None
+            try:
+                connection.sendall(line)
+                return
+            except OSError:
+                with self.changed:
+                    if not self._unsent(message):
+                        # A notification, the handshake (replayed to the next process), or a
+                        # request the reading side has answered as lost already.
+                        return
+                failed_on = connection
+
+    def _unsent(self, message: dict[str, Any] | None) -> bool:
+        """Take back a request that reached no process; False when there is none to. Under the lock."""
+        if message is None or "id" not in message or message.get("method") == "initialize":
+            return False
+        return self.outstanding.pop(_request_key(message["id"]), None) is not None
 
     def _note(self, message: dict[str, Any] | None, line: bytes) -> None:
         """Remember a request until its answer, and the handshake to replay to a new process."""
