@@ -91,6 +91,9 @@ class Variant:
     listed: list[float] = field(default_factory=list)
     answered: list[float] = field(default_factory=list)
     peak_rss: list[int] = field(default_factory=list)
+    # Each start's time over the minimal server's started right beside it (the pair's order alternating).
+    paired_listed: list[float] = field(default_factory=list)
+    paired_answered: list[float] = field(default_factory=list)
     tools: int = 0
     protocol: str = ""
 
@@ -261,18 +264,30 @@ async def start_once(variant: Variant) -> tuple[float, float, int]:
     return listed, answered, rss
 
 
-async def measure(variants: list[Variant], runs: int, warmup: int) -> None:
-    """Warm up, then run `runs` interleaved rounds, rotating the order each round."""
+async def measure(variants: list[Variant], baseline: Variant, runs: int, warmup: int) -> None:
+    """Warm up, then run `runs` interleaved rounds, rotating the order each round.
+
+    In a round every server starts once, each beside a start of `baseline` (before it in
+    even rounds, after it in odd ones): the pair's ratio is what the noisy machine
+    changes least, as both starts meet the same moment's load.
+    """
     for _ in range(warmup):
         for variant in variants:
             await start_once(variant)
+    others = [variant for variant in variants if variant is not baseline]
     for round_number in range(runs):
-        shift = round_number % len(variants)
-        for variant in variants[shift:] + variants[:shift]:
-            listed, answered, rss = await start_once(variant)
-            variant.listed.append(listed)
-            variant.answered.append(answered)
-            variant.peak_rss.append(rss)
+        shift = round_number % len(others)
+        for variant in others[shift:] + others[:shift]:
+            pair = (baseline, variant) if round_number % 2 == 0 else (variant, baseline)
+            measured = {id(one): await start_once(one) for one in pair}
+            for one in pair:
+                listed, answered, rss = measured[id(one)]
+                one.listed.append(listed)
+                one.answered.append(answered)
+                one.peak_rss.append(rss)
+            anchor, mine = measured[id(baseline)], measured[id(variant)]
+            variant.paired_listed.append(mine[0] / anchor[0])
+            variant.paired_answered.append(mine[1] / anchor[1])
         line = "  ".join(f"{v.name}: {v.listed[-1]:.2f}/{v.answered[-1]:.2f} s" for v in variants)
         print(f"round {round_number + 1:3d}/{runs}  {line}", flush=True)
 
@@ -335,20 +350,27 @@ def results_table(variants: list[Variant], baseline: Variant) -> list[str]:
     base_list, base_call = summarize(baseline.listed), summarize(baseline.answered)
     base_rss = statistics.median(baseline.peak_rss) / 2**20
     lines = [
-        "| Server | Spawn to first tools/list, median (min, p90) ms | vs minimal "
-        "| Spawn to first tool call answered, median ms | vs minimal | Peak RSS, median MB | vs minimal |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| Server | Spawn to first tools/list, median (min, p90) ms | vs minimal | paired "
+        "| Spawn to first tool call answered, median ms | vs minimal | paired "
+        "| Peak RSS, median MB | vs minimal |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for variant in variants:
         listed, answered = summarize(variant.listed), summarize(variant.answered)
         rss = statistics.median(variant.peak_rss) / 2**20
         lines.append(
             f"| {variant.name} | {listed.median:,.0f} ({listed.minimum:,.0f}, {listed.p90:,.0f}) "
-            f"| {versus(listed.median, base_list.median, 'ms')} | {answered.median:,.0f} "
-            f"| {versus(answered.median, base_call.median, 'ms')} "
+            f"| {versus(listed.median, base_list.median, 'ms')} | {paired(variant.paired_listed)} "
+            f"| {answered.median:,.0f} "
+            f"| {versus(answered.median, base_call.median, 'ms')} | {paired(variant.paired_answered)} "
             f"| {rss:,.0f} | {versus(rss, base_rss, 'MB')} |"
         )
     return lines
+
+
+def paired(ratios: list[float]) -> str:
+    """The median of a server's ratios to the minimal server started beside it ("" for the anchor)."""
+    return f"{statistics.median(ratios):.2f}x" if ratios else ""
 
 
 def runs_of(variant: Variant) -> str:
@@ -374,7 +396,7 @@ def render(variants: list[Variant], baseline: Variant, env: list[tuple[str, str]
         "",
         *results_table(variants, baseline),
         "",
-        "Targets: spawn to first `tools/list` at most 1.15x the minimal server's at 0, 10,000 and",
+        "Targets: spawn to first `tools/list` at most 1.15x the minimal server's (paired) at 0, 10,000 and",
         "100,000 memories; spawn to the first search answered at 100,000 memories at most 3 s.",
         "Before (2026-11-30, this machine, one run of the previous version of this script and",
         "measurements made by hand): spawn to first `tools/list` 1.05 s empty, 2.1 s at 10,000,",
@@ -423,7 +445,13 @@ def render(variants: list[Variant], baseline: Variant, env: list[tuple[str, str]
         "- Each server is started once untimed per warm-up round (byte-code caches, page cache).",
         "- Then every round starts each server once, interleaved, the order rotated by one each",
         "  round, so that load from other processes on the shared machine falls on all alike.",
-        "- Median, min and p90 (nearest rank) over the timed runs; the ratios are of the medians.",
+        "- Each start of a squirrel-mcp server is paired with a start of the minimal server right",
+        "  beside it (before it in even rounds, after it in odd ones), so the minimal server starts",
+        "  once per squirrel-mcp start. The paired columns give the median over the runs of each",
+        "  start's time divided by its pair's: both starts meet the same moment's load, so this ratio",
+        "  moves far less with the shared machine's load than one of medians taken minutes apart.",
+        '- Median, min and p90 (nearest rank) over the timed runs; the "vs minimal" ratios are of',
+        "  the medians.",
         f"- Negotiated protocol version: {', '.join(protocols)}.",
         "",
         "## Environment",
@@ -519,7 +547,7 @@ async def run(args: argparse.Namespace) -> None:
                 if variant.holder is not None:
                     holder = await holders.enter_async_context(Client(variant.holder))
                     await holder.call_tool(*search)  # the memory process has unlocked the vault
-            await measure(variants, args.runs, args.warmup)
+            await measure(variants, baseline, args.runs, args.warmup)
         load_after = load_average()
 
     scrypt_ms = scrypt_reference()

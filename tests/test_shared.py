@@ -24,8 +24,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from squirrel_mcp.cli.unlock import location
-from squirrel_mcp.core.config import Config
+from squirrel_mcp.core.config import Config, location
 from tests.conftest import PASSPHRASE, call, call_error, run_cli, secrets_of_this_test, server_params
 from tests.shared_support import (
     WITHIN,

@@ -392,6 +392,36 @@ def test_a_bridge_imports_neither_dataclasses_nor_platformdirs(tmp_path: Path) -
     assert heavy.isdisjoint(loaded), heavy & set(loaded)
 
 
+def test_the_memory_process_listens_before_it_imports_the_server_or_the_vaults_code(tmp_path: Path) -> None:
+    """The bridge that started it connects as soon as it listens, instead of trying again every 50 ms."""
+    script = (
+        "import sys\n"
+        "from squirrel_mcp.cli import memory_process\n"
+        "def listening(channel, lock):\n"
+        "    print(' '.join(sorted(sys.modules)))\n"
+        "    raise SystemExit(0)\n"
+        "memory_process.Listening = listening\n"
+        "memory_process.main()\n"
+    )
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+        "XDG_RUNTIME_DIR": str(runtime),
+        "SQUIRREL_VAULT": str(tmp_path / "vault.sqlite3"),
+        "SQUIRREL_MEMORY_CACHE_DIR": str(tmp_path / "cache"),
+        "SQUIRREL_PASSPHRASE": PASSPHRASE,
+    }
+    loaded = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, check=True, timeout=120
+    ).stdout.split()
+    assert b"squirrel_mcp.cli.memory_process" in loaded
+    later = {b"mcp", b"squirrel_mcp.server.app", b"squirrel_mcp.cli.unlock", b"squirrel_mcp.book.memories"}
+    assert later.isdisjoint(loaded), later & set(loaded)
+
+
 def test_no_secret_shows_in_a_config_or_a_hello(tmp_path: Path) -> None:
     made, _ = config(tmp_path, SQUIRREL_API_KEY="the-api-key", SQUIRREL_NEW_PASSPHRASE="the new one")
     shown = repr(made) + repr(hello(tmp_path)) + str(made) + repr([made])

@@ -25,13 +25,12 @@ from squirrel_mcp.cli.unlock import (
     foreign_verifier,
     from_keychain,
     get_passphrase,
-    location,
     open_storage,
     passphrase_entry,
     remember_key,
 )
 from squirrel_mcp.core import keychain
-from squirrel_mcp.core.config import Config, check_api_base_url
+from squirrel_mcp.core.config import Config, check_api_base_url, location
 from squirrel_mcp.core.keychain import KeychainError, NoKeychainError
 from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.keys.crypto import key_change_proof, unwrap_data_key

@@ -38,11 +38,10 @@ from squirrel_mcp.cli.unlock import (
     USER_ERRORS,
     StaleKeychainError,
     from_keychain,
-    location,
     open_storage,
     open_store,
 )
-from squirrel_mcp.core.config import Config, ConfigError
+from squirrel_mcp.core.config import Config, ConfigError, location
 from squirrel_mcp.keys.crypto import WrongPassphraseError
 from squirrel_mcp.plugins.checks import Check
 from squirrel_mcp.plugins.manager import DEFAULT_PLUGINS, get_plugin_manager, load_plugins, one_plugin_caller

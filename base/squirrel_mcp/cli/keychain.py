@@ -18,13 +18,12 @@ from squirrel_mcp.cli.unlock import (
     explaining,
     from_keychain,
     get_passphrase,
-    location,
     open_storage,
     passphrase_entry,
     stale_entry,
 )
 from squirrel_mcp.core import keychain
-from squirrel_mcp.core.config import Config, check_api_base_url
+from squirrel_mcp.core.config import Config, check_api_base_url, location
 from squirrel_mcp.core.keychain import NoKeychainError
 from squirrel_mcp.keys.crypto import WrongPassphraseError, unwrap_data_key
 from squirrel_mcp.plugins.checks import Check

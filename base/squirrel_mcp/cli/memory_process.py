@@ -36,7 +36,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from squirrel_mcp.cli.background import open_in_background
 from squirrel_mcp.core.channel import Channel, PeerRefused, check_peer, try_lock
-from squirrel_mcp.core.config import Config
+from squirrel_mcp.core.config import Config, location
 from squirrel_mcp.core.hello import (
     IDLE_VARIABLE,
     MAX_HELLO,
@@ -340,14 +340,18 @@ def _end(signum: int, _frame: object) -> None:
 
 
 def cmd_memory_process(config: Config, pm: pluggy.PluginManager) -> int:
-    """Serve the vault's channel until idle; 0 also when another process serves it already."""
-    from squirrel_mcp.cli.unlock import from_keychain, location
-    from squirrel_mcp.server.app import create_server
-    from squirrel_mcp.server.opening import Opening
+    """Serve the vault's channel until idle; 0 also when another process serves it already.
 
+    It listens before it imports the server: the bridge that started it connects at once
+    and waits for its answer, instead of trying again until the socket is there. The
+    vault's own code (storage, cryptography) is imported by the unlock, in the background.
+    """
     env = dict(os.environ)
     idle = idle_seconds(env.get(IDLE_VARIABLE))
-    config = from_keychain(config)
+    if not config.passphrase or (config.remote and not config.api_key):
+        from squirrel_mcp.cli.unlock import from_keychain
+
+        config = from_keychain(config)
     served = identity(config)
     channel = Channel.of(served, env)
     lock = wait_for_lock(channel)
@@ -355,6 +359,9 @@ def cmd_memory_process(config: Config, pm: pluggy.PluginManager) -> int:
         return 0
     where = location(config)
     listening = Listening(channel, lock)
+    from squirrel_mcp.server.app import create_server
+    from squirrel_mcp.server.opening import Opening
+
     host = PluginHost(pm)
     opening = Opening()
     server = create_server(opening, host)

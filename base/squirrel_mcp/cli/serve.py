@@ -19,7 +19,7 @@ import pluggy
 from squirrel_mcp.cli import bridge
 from squirrel_mcp.cli.background import open_in_background
 from squirrel_mcp.cli.bridge import NOT_TRIED
-from squirrel_mcp.core.config import Config
+from squirrel_mcp.core.config import Config, location
 from squirrel_mcp.core.hello import MAX_PORT, HelloError, PageRequest, read_page_answer
 from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager, load_plugins
@@ -102,7 +102,7 @@ def cmd_ui(args: argparse.Namespace, pm: pluggy.PluginManager | None) -> int:
     as a host's bridge starts it when none runs); with SQUIRREL_MCP_SHARED=0, or where no
     local channel can be made, this process unlocks the account and serves it itself.
     """
-    from squirrel_mcp.cli.unlock import UserError, location, open_store
+    from squirrel_mcp.cli.unlock import UserError, open_store
     from squirrel_mcp.ui.serve import serve
 
     if not 0 <= args.port <= MAX_PORT:

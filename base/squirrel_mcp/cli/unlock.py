@@ -14,7 +14,6 @@ import getpass
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
@@ -24,7 +23,7 @@ from squirrel_mcp.book.errors import LogDivergedError, NoAccountError
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.book.transfer import ImportFileError, field_locations
 from squirrel_mcp.core import heap, keychain
-from squirrel_mcp.core.config import APP_NAME, Config, ConfigError, check_api_base_url
+from squirrel_mcp.core.config import APP_NAME, Config, ConfigError, check_api_base_url, location
 from squirrel_mcp.core.keychain import KeychainError, NoKeychainError
 from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.keys.crypto import KEY_CHANGE_PURPOSE, KdfParams, WrongPassphraseError
@@ -127,14 +126,6 @@ def open_storage(config: Config, *, create: bool) -> Storage:
             "Whoever read it holds sealed records that only your passphrase protects"
         )
     return vault
-
-
-def location(config: Config) -> str:
-    """Where the memories live, for messages: the server's address or the vault's path."""
-    if config.api_base_url is not None:
-        parts = urlsplit(check_api_base_url(config.api_base_url))
-        return f"the sync server at {parts.scheme}://{parts.netloc}"
-    return f"the vault at {config.vault_path}"
 
 
 def checkpoints(config: Config, *, read_only: bool = False) -> Place:

@@ -129,6 +129,14 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def location(config: Config) -> str:
+    """Where the memories live, for messages: the server's address or the vault's path."""
+    if config.api_base_url is not None:
+        parts = urlsplit(check_api_base_url(config.api_base_url))
+        return f"the sync server at {parts.scheme}://{parts.netloc}"
+    return f"the vault at {config.vault_path}"
+
+
 def check_api_base_url(url: str) -> str:
     """The sync server's base URL without a trailing slash; ConfigError if it is unsafe or malformed.
 
