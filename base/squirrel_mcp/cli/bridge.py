@@ -426,7 +426,7 @@ def bridge_of(
     if not supported():
         log_line(f"no local channel can be made on this system: {alone}")
         return None
-    if not config.passphrase or (config.remote and not config.api_key):
+    if config.lacks_secret:
         from squirrel_mcp.cli.unlock import from_keychain
 
         config = from_keychain(config)

@@ -348,7 +348,7 @@ def cmd_memory_process(config: Config, pm: pluggy.PluginManager) -> int:
     """
     env = dict(os.environ)
     idle = idle_seconds(env.get(IDLE_VARIABLE))
-    if not config.passphrase or (config.remote and not config.api_key):
+    if config.lacks_secret:
         from squirrel_mcp.cli.unlock import from_keychain
 
         config = from_keychain(config)

@@ -151,9 +151,9 @@ def from_keychain(config: Config) -> Config:
     the keychain is not asked, and keyring is not even imported. A keychain that cannot be
     read leaves the secret unset, with the reason in `keychain_problem`.
     """
-    wanted_key = config.api_base_url is not None and config.api_key is None
-    if config.passphrase and not wanted_key:
+    if not config.lacks_secret:
         return config
+    wanted_key = config.api_base_url is not None and config.api_key is None
     api_key, passphrase = config.api_key, config.passphrase
     said: set[str] = set()
     try:

@@ -101,6 +101,11 @@ class Config(NamedTuple):
         """True when memories live on a sync server rather than in the local vault."""
         return self.api_base_url is not None
 
+    @property
+    def lacks_secret(self) -> bool:
+        """True when the passphrase, or a sync account's API key, is unset: the keychain may hold it."""
+        return not self.passphrase or (self.remote and not self.api_key)
+
     def check(self) -> None:
         """Refuse a half-made or unsafe remote configuration rather than guess or ignore it."""
         if self.api_base_url is None:
