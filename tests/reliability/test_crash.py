@@ -607,8 +607,11 @@ def test_kill_the_server_while_the_real_plugin_keeps_vectors(
         account_id = seeded.account_id
     finally:
         seeded._log.storage.close()
+    # A server of its own, the process killed: a bridge's kill would leave the memory process,
+    # which holds the plugin, unharmed (and waiting its idle time after the test).
     env = {
         **vault_env,
+        "SQUIRREL_MCP_SHARED": "0",
         "SQUIRREL_MCP_PLUGINS": "embeddings",
         "SQUIRREL_MEMORY_CACHE_DIR": str(tmp_path / "cache"),
     }
