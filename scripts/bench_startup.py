@@ -278,14 +278,16 @@ async def measure(variants: list[Variant], baseline: Variant, runs: int, warmup:
     for round_number in range(runs):
         shift = round_number % len(others)
         for variant in others[shift:] + others[:shift]:
-            pair = (baseline, variant) if round_number % 2 == 0 else (variant, baseline)
-            measured = {id(one): await start_once(one) for one in pair}
-            for one in pair:
-                listed, answered, rss = measured[id(one)]
+            if round_number % 2 == 0:
+                anchor = await start_once(baseline)
+                mine = await start_once(variant)
+            else:
+                mine = await start_once(variant)
+                anchor = await start_once(baseline)
+            for one, (listed, answered, rss) in ((baseline, anchor), (variant, mine)):
                 one.listed.append(listed)
                 one.answered.append(answered)
                 one.peak_rss.append(rss)
-            anchor, mine = measured[id(baseline)], measured[id(variant)]
             variant.paired_listed.append(mine[0] / anchor[0])
             variant.paired_answered.append(mine[1] / anchor[1])
         line = "  ".join(f"{v.name}: {v.listed[-1]:.2f}/{v.answered[-1]:.2f} s" for v in variants)
@@ -449,7 +451,7 @@ def render(variants: list[Variant], baseline: Variant, env: list[tuple[str, str]
         "  beside it (before it in even rounds, after it in odd ones), so the minimal server starts",
         "  once per squirrel-mcp start. The paired columns give the median over the runs of each",
         "  start's time divided by its pair's: both starts meet the same moment's load, so this ratio",
-        "  moves far less with the shared machine's load than one of medians taken minutes apart.",
+        "  moves less with the shared machine's load than one of medians taken minutes apart.",
         '- Median, min and p90 (nearest rank) over the timed runs; the "vs minimal" ratios are of',
         "  the medians.",
         f"- Negotiated protocol version: {', '.join(protocols)}.",
