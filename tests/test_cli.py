@@ -27,7 +27,7 @@ def test_init_creates_a_vault_and_prints_a_client_config(vault_env: dict[str, st
     block = json.loads(out[out.index("{") :])
     server = block["mcpServers"]["squirrel-notes"]
     # The block starts this very installation, by absolute path: hosts do not search the shell's PATH.
-    assert (server["command"], server["args"]) == (sys.executable, ["-m", "squirrel_mcp"])
+    assert (server["command"], server["args"]) == (sys.executable, ["-P", "-m", "squirrel_mcp"])
     assert server["env"]["SQUIRREL_VAULT"] == vault_env["SQUIRREL_VAULT"]
     assert PASSPHRASE not in out  # a placeholder, never the secret
     vault = Path(vault_env["SQUIRREL_VAULT"])

@@ -200,7 +200,7 @@ def test_a_host_entry_whose_command_is_missing_fails_with_the_fix(
     )
     # The fix: the command this installation runs as (doctor runs here as `python -m squirrel_mcp`).
     assert line.endswith(
-        f'→ set "command" to {json.dumps(sys.executable)} and "args" to ["-m", "squirrel_mcp"]'
+        f'→ set "command" to {json.dumps(sys.executable)} and "args" to ["-P", "-m", "squirrel_mcp"]'
     )
 
 

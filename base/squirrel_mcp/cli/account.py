@@ -86,7 +86,8 @@ def server_command(environ: Mapping[str, str] = os.environ) -> tuple[str, list[s
         return str(uvx) if uvx.is_file() else "uvx", args
     script = Path(sys.argv[0])
     if script.name == "__main__.py":  # python -m squirrel_mcp
-        return sys.executable, ["-m", "squirrel_mcp"]
+        # -P: a host starts it in a folder of its choosing, whose `json.py` Python would import first.
+        return sys.executable, ["-P", "-m", "squirrel_mcp"]
     # Not resolved: pipx's link in its bin directory outlives upgrades of its venv.
     return str(script.absolute()), []
 

@@ -22,6 +22,8 @@ import threading
 import time
 from typing import IO, TYPE_CHECKING, Any
 
+from squirrel_mcp.cli.starting import ProcessLog, absolute_paths, start_process
+from squirrel_mcp.cli.starting import Unreachable as Unreachable
 from squirrel_mcp.core.channel import Channel, ChannelError, PeerRefused, supported, try_lock
 from squirrel_mcp.core.config import Config, ConfigError
 from squirrel_mcp.core.hello import (
@@ -42,8 +44,13 @@ if TYPE_CHECKING:
 
 # How long a bridge waits for a memory process it started to listen, in seconds.
 START_WAIT = 60.0
-# The log is started afresh by the next process started past this size.
-MAX_LOG = 1024 * 1024
+# How often a memory process this bridge started may end before it listens: then the host is
+# served on its own at once (a process that cannot start would fail each time).
+EARLY_ENDS = 3
+# The pause before the next start after such an end, doubled at each, in seconds.
+RESTART_PAUSE = 0.25
+# How often a bridge looks for a listening process while one starts, in seconds.
+POLL = 0.05
 # How often a bridge shows the memory process's new log lines, in seconds.
 LOG_EVERY = 0.25
 # How long the bridge waits for the answers still due once its host has closed its input.
@@ -57,10 +64,6 @@ REPLAYED_ID = "squirrel-mcp-bridge-initialize"
 # What `bridged` returns when it relayed the session, and what the server is told when it was not tried.
 RELAYED = "relayed"
 NOT_TRIED = "not tried"
-
-
-class Unreachable(Exception):
-    """No memory process could be reached or started: the reason, one line."""
 
 
 def _message(line: bytes) -> dict[str, Any] | None:
@@ -83,13 +86,7 @@ class Bridge:
         self.hello = hello
         self.env = env
         # How far this host has seen the memory process's log (`show_log`).
-        self.log_seen: int | None = None
-
-    def _log_size(self) -> int:
-        try:
-            return self.channel.log_path.stat().st_size
-        except FileNotFoundError:
-            return 0
+        self.log = ProcessLog(channel.log_path)
 
     def show_log(self) -> None:
         """The memory process's log lines since this host connected, on this host's stderr.
@@ -97,21 +94,9 @@ class Bridge:
         So a host's log shows what the server says (the unlock's failure, the warm-up), as
         when it runs its own server. The log holds no memory text, query or secret.
         """
-        if self.log_seen is None:
-            return
-        try:
-            with self.channel.log_path.open("rb") as log:
-                log.seek(0, os.SEEK_END)
-                if log.tell() < self.log_seen:
-                    self.log_seen = 0  # started afresh by a new process
-                log.seek(self.log_seen)
-                written = log.read()
-        except FileNotFoundError:
-            return
-        complete = written[: written.rfind(b"\n") + 1]
-        self.log_seen += len(complete)
-        if complete:
-            sys.stderr.buffer.write(complete)
+        written = self.log.unread()
+        if written:
+            sys.stderr.buffer.write(written)
             sys.stderr.flush()
 
     def follow_log(self, stop: threading.Event) -> None:
@@ -120,43 +105,21 @@ class Bridge:
             self.show_log()
         self.show_log()
 
-    def _start(self) -> subprocess.Popen[bytes]:
-        """A memory process, started with this bridge's environment, its stderr to the channel's log."""
-        import subprocess
-
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-        with contextlib.suppress(FileNotFoundError):
-            if self.channel.log_path.stat().st_size > MAX_LOG:
-                flags |= os.O_TRUNC
-        log = os.open(self.channel.log_path, flags, 0o600)
-        try:
-            child = subprocess.Popen(
-                [sys.executable, "-m", "squirrel_mcp.cli.memory_process"],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                env=self.env,
-                start_new_session=True,
-                close_fds=True,
-            )
-        finally:
-            os.close(log)
-        # Reaped when it ends, so that it leaves no zombie behind while this bridge runs.
-        threading.Thread(target=child.wait, name="squirrel-mcp-reap", daemon=True).start()
-        return child
-
     def connect(self) -> tuple[socket.socket, IO[bytes]] | str:
         """A connection the memory process took (and its reader), or the line it refused this host with.
 
-        Unreachable when none listens within START_WAIT, even after starting one.
+        Unreachable when none listens within START_WAIT, even after starting one, or when
+        the one this bridge started ended before listening EARLY_ENDS times (restarted after
+        a pause that doubles each time): the host is then served on its own at once.
         """
         deadline = time.monotonic() + START_WAIT
         child: subprocess.Popen[bytes] | None = None
+        begins = ends = 0
+        next_start = 0.0
         # Of the bridges that find no process, the one holding the start lock starts it; the
         # others wait for it to listen (so that hosts started together start one process).
         starting: int | None = None
-        if self.log_seen is None:
-            self.log_seen = self._log_size()
+        self.log.mark()
         try:
             while time.monotonic() < deadline:
                 connected = self._hello()
@@ -164,15 +127,28 @@ class Bridge:
                     return connected
                 if starting is None:
                     starting = try_lock(self.channel.start_path)
-                if starting is not None and (child is None or child.poll() is not None):
-                    child = self._start()
-                time.sleep(0.05)
+                if starting is not None and child is not None and child.poll() is not None:
+                    # Status 0: another process listened first (this one left it the vault).
+                    if child.returncode != 0:
+                        ends += 1
+                        if ends >= EARLY_ENDS:
+                            raise self._ended_at_start(ends, begins)
+                        next_start = time.monotonic() + RESTART_PAUSE * 2 ** (ends - 1)
+                    child = None
+                if starting is not None and child is None and time.monotonic() >= next_start:
+                    child, begins = start_process(self.channel, self.log, self.env)
+                time.sleep(POLL)
         finally:
             if starting is not None:
                 os.close(starting)
         raise Unreachable(
             f"no memory process listened within {START_WAIT:g} s; its log is {self.channel.log_path}"
         )
+
+    def _ended_at_start(self, ends: int, begins: int) -> Unreachable:
+        """Why this bridge gives up starting the memory process: its log's last line quoted."""
+        reason = f"the memory process ended as it started, {ends} times; its log is {self.channel.log_path}"
+        return Unreachable(reason, self.log.last_line(begins) or "(it wrote nothing)")
 
     def _hello(self) -> tuple[socket.socket, IO[bytes]] | str | None:
         """Connected and taken (the connection), or refused (the line); None: no process answered."""
@@ -352,8 +328,10 @@ class Relay:
         except (Unreachable, OSError) as error:
             line = str(error) if isinstance(error, Unreachable) else "the new memory process ended at once"
             log_line(line)
+            # The answers say the reason; the log's last line goes to the host's log alone.
+            reason = error.reason if isinstance(error, Unreachable) else line
             with self.changed:
-                self.gone = f"squirrel-mcp: {line}"
+                self.gone = f"squirrel-mcp: {reason}"
                 self.changed.notify_all()
             return
         with self.changed:
@@ -434,10 +412,15 @@ def bridge_of(
         config.check()
         served = identity(config)
         channel = Channel.of(served, env)
+        # The memory process runs in the channel's directory: a relative path means there the host's folder.
+        env = absolute_paths(env)
     except ConfigError:
         return None  # the command on its own says what is wrong, as always
     except ChannelError as error:
         log_line(f"{error}: {alone}")
+        return None
+    except OSError as error:
+        log_line(f"the current directory cannot be read ({type(error).__name__}): {alone}")
         return None
     return Bridge(channel, Hello(served, settings(config, env), config.passphrase, page), env)
 

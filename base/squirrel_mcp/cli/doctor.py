@@ -244,6 +244,9 @@ def check_entry(entry: hosts.Entry, environ: Mapping[str, str]) -> Check:
         runs = f"runs through {launcher}, not this installation"
     elif _is_this_installation(path, entry.args):
         runs = f"runs {path} (this installation)"
+        if entry.args[:2] == ["-m", "squirrel_mcp"]:
+            runs += ", without -P: Python imports first from the folder a host starts it in"
+            fixes.append(f"{use_this}, so that no `json.py` or plugin of that folder runs in it")
     else:
         runs = f"runs {path}, not this installation (that is {' '.join([this_command, *this_args])})"
     if path is not None and path != Path(entry.command):
@@ -307,9 +310,9 @@ def _launcher(command: str, args: list[str]) -> str | None:
 
 
 def _is_this_installation(path: Path, args: list[str]) -> bool:
-    """`path` is this interpreter's squirrel-mcp script, or this interpreter with `-m squirrel_mcp`."""
+    """`path` is this interpreter's squirrel-mcp script, or this interpreter with `[-P] -m squirrel_mcp`."""
     real = os.path.realpath(path)
-    if args[:2] == ["-m", "squirrel_mcp"]:
+    if (args[1:] if args[:1] == ["-P"] else args)[:2] == ["-m", "squirrel_mcp"]:
         # Not resolved alone: a venv's python links to an interpreter that lacks squirrel_mcp.
         python = Path(sys.executable).absolute()
         return path.absolute().parent == python.parent and real == os.path.realpath(python)
