@@ -136,7 +136,11 @@ class Bridge:
                         next_start = time.monotonic() + RESTART_PAUSE * 2 ** (ends - 1)
                     child = None
                 if starting is not None and child is None and time.monotonic() >= next_start:
-                    child, begins = start_process(self.channel, self.log, self.env)
+                    try:
+                        child, begins = start_process(self.channel, self.log, self.env)
+                    except OSError as error:
+                        cause = type(error).__name__
+                        raise Unreachable(f"the memory process could not be started ({cause})") from None
                 time.sleep(POLL)
         finally:
             if starting is not None:
