@@ -34,6 +34,7 @@ import anyio.to_thread
 from anyio.abc import SocketAttribute, SocketListener, SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from squirrel_mcp.cli.admission import Admission
 from squirrel_mcp.cli.background import open_in_background
 from squirrel_mcp.core.channel import Channel, PeerRefused, check_peer, try_lock
 from squirrel_mcp.core.config import Config, location
@@ -47,7 +48,6 @@ from squirrel_mcp.core.hello import (
     identity,
     idle_seconds,
     page_answer,
-    refusal,
     settings,
 )
 from squirrel_mcp.core.lines import log_line
@@ -168,7 +168,8 @@ class MemoryProcess:
         self.host = host
         self._closed = False
         self.opening = opening
-        self.ours = ours
+        # Whom it admits: bridges saying `ours`, with the passphrase as it changes.
+        self.admission = Admission(ours, where, opening)
         self.where = where
         self.idle = idle
         self.bridges = 0
@@ -229,16 +230,11 @@ class MemoryProcess:
         self.retiring = True
         self.listening.leave()
 
-    async def _passphrase_changed_to(self, hello: Hello) -> bool:
-        """True when `hello` differs from ours only by a passphrase that now opens the account's key."""
-        like_ours = self.ours._replace(passphrase=hello.passphrase)
-        store = self.opening.store()
-        if hello.passphrase is None or store is None or refusal(like_ours, hello, self.where) is not None:
-            return False
-        return await anyio.to_thread.run_sync(store.opened_by, hello.passphrase)
-
     async def _admitted(self, stream: SocketStream, lines: Lines) -> Hello | None:
-        """The bridge's hello when it said one within HELLO_WAIT and was taken (it heard so)."""
+        """The bridge's hello when it said one within HELLO_WAIT and was taken (it heard so).
+
+        A passphrase change's hello is returned unanswered (`Admission.take_change` answers it).
+        """
         with anyio.move_on_after(HELLO_WAIT):
             line = await lines.line(MAX_HELLO)
             if line is None:
@@ -248,10 +244,11 @@ class MemoryProcess:
             except HelloError as error:
                 log_line(f"a connection that is no bridge was closed ({error})")
                 return None
-            refused = refusal(self.ours, hello, self.where)
-            if refused is not None and await self._passphrase_changed_to(hello):
+            if hello.changed:
+                return None if self.retiring else hello
+            refused = self.admission.refusal(hello)
+            if refused is not None and await self.admission.passphrase_changed_to(hello):
                 # `squirrel-mcp passphrase` ran while this process served: the new one is ours.
-                self.ours = self.ours._replace(passphrase=hello.passphrase)
                 refused = None
             if self.retiring:
                 return None
@@ -314,6 +311,9 @@ class MemoryProcess:
                 hello = await self._admitted(stream, lines)
                 if hello is None:
                     return
+                if hello.changed:
+                    await stream.send(answer(await self.admission.take_change(hello)))
+                    return
                 if hello.page is not None:
                     await self._page(hello.page, stream, lines)
                 else:
@@ -330,6 +330,11 @@ class MemoryProcess:
                     await anyio.to_thread.run_sync(self.close)
         except (*CLOSED, anyio.DelimiterNotFound, OSError):
             pass  # the bridge went away: its session is over
+        except Exception as error:  # one connection's failure is its own
+            # Its type alone: the error's text may hold what the connection said.
+            log_line(
+                f"a connection ended on an error ({type(error).__name__}); the other hosts are served on"
+            )
         finally:
             self.bridges -= 1
             self.last_left = time.monotonic()
