@@ -192,19 +192,20 @@ class SquirrelServer(MCPServer):
     async def get_prompt(
         self, name: str, arguments: dict[str, Any] | None = None, context: Context[Any, Any] | None = None
     ) -> Any:
-        """The prompt `name`, rendered; an unknown name or arguments it does not take are refused.
+        """The prompt `name`, rendered; an unknown name or an argument it does not take is refused.
 
         The SDK's refusal repeats the name (a string the host chose) and logs a traceback
         holding it: this one names the prompts there are, and nothing reaches the log.
         """
-        known = sorted(prompt.name for prompt in await self.list_prompts())
-        if name not in known:
-            raise MCPError(INVALID_PARAMS, f"unknown prompt; this server's prompts are {', '.join(known)}")
-        try:
-            return await super().get_prompt(name, arguments, context)
-        except ValueError:
-            # The SDK's rendering error: arguments the prompt does not take (never repeated).
-            raise MCPError(INVALID_PARAMS, f"the prompt {name} does not take the arguments given") from None
+        prompts = {prompt.name: prompt for prompt in await self.list_prompts()}
+        if name not in prompts:
+            raise MCPError(
+                INVALID_PARAMS, f"unknown prompt; this server's prompts are {', '.join(sorted(prompts))}"
+            )
+        takes = sorted(argument.name for argument in prompts[name].arguments or [])
+        if not set(arguments or {}) <= set(takes):
+            raise MCPError(INVALID_PARAMS, f"the prompt {name} takes {', '.join(takes) or 'no arguments'}")
+        return await super().get_prompt(name, arguments, context)
 
 
 def _progress_reporter(context: Context[Any, Any]) -> ProgressReport:
