@@ -102,7 +102,7 @@ async def test_a_settings_refusal_names_the_setting_without_any_value(shared_env
 async def test_a_hello_whose_text_does_not_encode_ends_only_its_connection(
     shared_env: dict[str, str],
 ) -> None:
-    """A lone surrogate in any string of the hello: that connection is closed, the process serves on."""
+    """A lone surrogate in any string of the hello: that connection is refused, the others served on."""
     async with Client(server_params(shared_env)) as first:
         await call(first, "save_memory", text="Ada keeps bees on the roof", entity="Ada", category="fact")
         serving = memory_process(shared_env)
@@ -114,7 +114,8 @@ async def test_a_hello_whose_text_does_not_encode_ends_only_its_connection(
             {"settings": {**settings(config, shared_env), "SQUIRREL_MEMORY_EMBEDDINGS": "\ud834"}},
         ]
         for changes in crafted:
-            assert say(shared_env, hello_of(shared_env, **changes)) == b""
+            refused = json.loads(say(shared_env, hello_of(shared_env, **changes)) or "{}").get("refused")
+            assert refused is not None and "text that is not Unicode" in refused
             assert memory_process(shared_env) == serving
         found = await call(first, "search_memory", query="bees")
         assert memory_process(shared_env) == serving

@@ -41,8 +41,10 @@ from squirrel_mcp.core.config import Config, location
 from squirrel_mcp.core.hello import (
     IDLE_VARIABLE,
     MAX_HELLO,
+    NOT_UNICODE,
     Hello,
     HelloError,
+    NotUnicode,
     PageRequest,
     answer,
     identity,
@@ -243,6 +245,9 @@ class MemoryProcess:
                 hello = Hello.read(line)
             except HelloError as error:
                 log_line(f"a connection that is no bridge was closed ({error})")
+                if isinstance(error, NotUnicode):
+                    # A bridge whose host's config holds such text hears why (else it would try again).
+                    await stream.send(answer(NOT_UNICODE))
                 return None
             if hello.changed:
                 return None if self.retiring else hello

@@ -56,6 +56,16 @@ class HelloError(Exception):
     """A hello that is not one: the connection is closed without an answer."""
 
 
+class NotUnicode(HelloError):
+    """A hello holding text no comparison or digest can encode: refused with NOT_UNICODE, then closed."""
+
+
+NOT_UNICODE = (
+    "this host's settings or passphrase hold text that is not Unicode (a lone surrogate, or bytes "
+    "that are not UTF-8); nothing was done: correct them in this host's config"
+)
+
+
 def identity(config: Config) -> str:
     """What a memory process serves: a local vault's full path, or the server and key; and the cache.
 
@@ -136,7 +146,7 @@ class Hello(NamedTuple):
             raise HelloError("a passphrase that is not text")
         # JSON's \u escapes spell lone surrogates, which no comparison or digest can encode.
         if not all(_encodes(text) for text in (where, passphrase or "", *given, *given.values())):
-            raise HelloError("text that is not Unicode")
+            raise NotUnicode("text that is not Unicode")
         changed, page = message.get("passphrase changed", False), _page_request(message.get("page"))
         if not isinstance(changed, bool) or (changed and (page is not None or passphrase is None)):
             raise HelloError("a passphrase change that is not one")
