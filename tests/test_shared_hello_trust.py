@@ -26,6 +26,7 @@ from squirrel_mcp.core.config import Config
 from squirrel_mcp.core.hello import Hello, identity, settings
 from tests.conftest import PASSPHRASE, call, call_error, run_cli, secrets_of_this_test, server_params
 from tests.shared_support import channel_of, memory_process, memory_processes, shared_host_env
+from tests.sync.conftest import start_sync_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
@@ -33,15 +34,29 @@ pytestmark = [pytest.mark.anyio, pytest.mark.process]
 ANSWER_WAIT = 60.0
 
 
+def retire(tmp_path: Path, *envs: dict[str, str]) -> None:
+    """Kill the memory processes of `envs` and remove their channel directories, their logs kept.
+
+    The secrets scan runs once the test has ended: it reads the logs' copies in `tmp_path`.
+    """
+    for env in envs:
+        for pid in memory_processes(env):
+            os.kill(pid, signal.SIGKILL)
+        log = channel_of(env).log_path
+        if log.exists():
+            kept = tmp_path / f"memory-process-{channel_of(env).name}.log"
+            shutil.copyfile(log, kept)
+            secrets_of_this_test().stderr_files.append(kept)
+    for env in envs:
+        shutil.rmtree(env["XDG_RUNTIME_DIR"], ignore_errors=True)
+
+
 @pytest.fixture
-def shared_env(vault_env: dict[str, str]) -> Iterator[dict[str, str]]:
+def shared_env(vault_env: dict[str, str], tmp_path: Path) -> Iterator[dict[str, str]]:
     """vault_env for bridges, on a channel directory of this test; its processes killed after."""
     env = shared_host_env(vault_env)
-    secrets_of_this_test().stderr_files.append(channel_of(env).log_path)
     yield env
-    for pid in memory_processes(env):
-        os.kill(pid, signal.SIGKILL)
-    shutil.rmtree(env["XDG_RUNTIME_DIR"], ignore_errors=True)
+    retire(tmp_path, env)
 
 
 def hello_of(env: dict[str, str], **changes: object) -> bytes:
@@ -156,6 +171,38 @@ async def test_a_changed_passphrase_that_cannot_be_checked_is_refused_and_the_pr
     assert "Traceback" not in log and other not in log
 
 
+async def test_a_changed_passphrase_checked_against_a_sync_server_gone_is_refused(
+    vault_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The account's sync server stops answering: a hello with another passphrase is refused, no end."""
+    with start_sync_server(f"sqlite:///{tmp_path}/sync-db/sync.sqlite3", log=tmp_path / "sync.log") as server:
+        # SQUIRREL_VAULT is left in (unused with a sync server): memory_processes finds the process by it.
+        env = shared_host_env(
+            {**vault_env, "SQUIRREL_API_BASE_URL": server.url, "SQUIRREL_API_KEY": server.api_key}
+        )
+        assert run_cli(env, "init").returncode == 0
+        try:
+            async with Client(server_params(env)) as first:
+                await call(
+                    first, "save_memory", text="Ada keeps bees on the roof", entity="Ada", category="fact"
+                )
+                serving = memory_process(env)
+                server.process.send_signal(signal.SIGTERM)
+                server.process.wait(timeout=60)
+                answer = say(env, hello_of(env, passphrase="another passphrase to check"))
+                assert memory_process(env) == serving
+                # Served on: its calls are answered by the same process (the server's absence their answer).
+                line = (await first.call_tool("get_context", {})).content[0]
+                assert memory_process(env) == serving
+            log = log_of(env)
+        finally:
+            retire(tmp_path, env)
+    assert "this host's passphrase is not the one the memory process" in json.loads(answer)["refused"]
+    assert line.type == "text" and "ended before answering" not in line.text
+    assert "a changed passphrase could not be checked (" in log
+    assert "Traceback" not in log
+
+
 # The channel's identity: its parts told apart ----------------------------------------------------
 
 
@@ -185,8 +232,7 @@ async def test_two_vaults_whose_paths_run_together_get_a_memory_process_each(
                 assert len(memory_processes(one)) == 1 and len(memory_processes(two)) == 1
                 assert memory_process(one) != memory_process(two)
     finally:
-        for pid in memory_processes(one) + memory_processes(two):
-            os.kill(pid, signal.SIGKILL)
+        retire(tmp_path, one, two)
     assert listed["memories"] == []
     assert Path(two["SQUIRREL_VAULT"]).exists()
 
@@ -196,14 +242,12 @@ async def test_two_vaults_whose_paths_run_together_get_a_memory_process_each(
 
 @pytest.mark.parametrize("shared", ["1", "0"])
 async def test_an_unknown_prompt_name_is_answered_and_never_logged(
-    vault_env: dict[str, str], shared: str
+    vault_env: dict[str, str], shared: str, tmp_path: Path
 ) -> None:
     """prompts/get of a name no prompt has: an error naming the prompts there are; no log holds the name."""
     name, argument = "a prompt name the host chose, private-7f3a", "an argument the host chose, 9c1e"
     secrets_of_this_test().add([name, argument])
     env = {**shared_host_env(vault_env), "SQUIRREL_MCP_SHARED": shared}
-    if shared == "1":
-        secrets_of_this_test().stderr_files.append(channel_of(env).log_path)
     command = [sys.executable, "-m", "squirrel_mcp"]
     secrets_of_this_test().add_env(env)
     try:
@@ -213,11 +257,10 @@ async def test_an_unknown_prompt_name_is_answered_and_never_logged(
             with pytest.raises(MCPError) as given_arguments:
                 await client.get_prompt("squirrel-notes", {"topic": argument})
             await call(client, "get_context")
-            stderr = secrets_of_this_test().stderr_files[-1]
+        stderr = secrets_of_this_test().stderr_files[-1]
+        logged = stderr.read_text(encoding="utf-8") + (log_of(env) if shared == "1" else "")
     finally:
-        for pid in memory_processes(env):
-            os.kill(pid, signal.SIGKILL)
-    logged = stderr.read_text(encoding="utf-8") + (log_of(env) if shared == "1" else "")
+        retire(tmp_path, env)
     assert "Traceback" not in logged
     assert name not in str(raised.value)
     assert "squirrel-notes" in str(raised.value)
