@@ -10,7 +10,9 @@ the page, which it serves on that store too while the command runs.
 
 A bridge is admitted only when it runs as this user (checked on every
 connection), its settings are this process's and its passphrase the one it
-was unlocked with; otherwise it hears the one line saying why. When the unlock
+was unlocked with; otherwise it hears the one line saying why (see
+squirrel_mcp.cli.admission). An error in one connection ends that connection
+alone, never the process its other bridges use. When the unlock
 fails the process stops listening at once (so the next bridge starts a fresh
 one, with its own passphrase), answers its bridges the line, and ends when
 they have gone. Otherwise it ends once no bridge has been connected for
