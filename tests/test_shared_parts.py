@@ -69,14 +69,23 @@ def test_the_same_settings_and_passphrase_are_taken(tmp_path: Path) -> None:
     assert refusal(hello(tmp_path), hello(tmp_path), "the vault") is None
 
 
-def test_other_settings_are_named_with_both_values_and_no_secret(tmp_path: Path) -> None:
+def test_other_settings_are_named_without_their_values(tmp_path: Path) -> None:
     ours = hello(tmp_path, SQUIRREL_MCP_PLUGINS="")
     theirs = hello(tmp_path, SQUIRREL_MEMORY_EMBEDDINGS="0", SQUIRREL_MCP_PLUGINS="embeddings")
     line = refusal(ours, theirs, "the vault at X")
     assert line is not None
-    assert "SQUIRREL_MCP_PLUGINS: unset there, embeddings here" in line
-    assert "SQUIRREL_MEMORY_EMBEDDINGS: unset there, 0 here" in line
-    assert PASSPHRASE not in line
+    assert "(SQUIRREL_MCP_PLUGINS, SQUIRREL_MEMORY_EMBEDDINGS differ)" in line
+    assert "embeddings here" not in line and PASSPHRASE not in line
+
+
+def test_only_the_settings_the_memory_process_reads_are_compared(tmp_path: Path) -> None:
+    """A variable it does not read (a sync server's database URL) is neither compared nor sent."""
+    database = "postgresql://squirrel:a-password@db.example.org/memories"
+    ours = hello(tmp_path, SQUIRREL_SYNC_DATABASE=database, SQUIRREL_MEMORY_MODEL_DIR="/models")
+    theirs = hello(tmp_path, SQUIRREL_SOMETHING_ELSE="1", SQUIRREL_MEMORY_MODEL_DIR="/models")
+    assert refusal(ours, theirs, "the vault") is None
+    assert database not in ours.line().decode()
+    assert ours.settings["SQUIRREL_MEMORY_MODEL_DIR"] == "/models"
 
 
 def test_the_sharing_variables_and_secrets_are_no_settings(tmp_path: Path) -> None:
@@ -113,6 +122,23 @@ def test_a_sync_account_is_told_apart_by_its_key_without_holding_it(tmp_path: Pa
     assert "sqk_first_key" not in identity(one)
 
 
+def test_the_parts_of_an_identity_never_run_together(tmp_path: Path) -> None:
+    """Spelt one after the other these two were one text; as a JSON list they are two identities."""
+    one, _ = config(
+        tmp_path, SQUIRREL_VAULT=f"{tmp_path}/a cache {tmp_path}/b", SQUIRREL_MEMORY_CACHE_DIR=f"{tmp_path}/c"
+    )
+    two, _ = config(
+        tmp_path, SQUIRREL_VAULT=f"{tmp_path}/a", SQUIRREL_MEMORY_CACHE_DIR=f"{tmp_path}/b cache {tmp_path}/c"
+    )
+    assert identity(one) != identity(two)
+    assert json.loads(identity(one)) == [
+        "vault",
+        f"{tmp_path}/a cache {tmp_path}/b",
+        "cache",
+        f"{tmp_path}/c",
+    ]
+
+
 def test_a_hello_round_trips_and_anything_else_is_refused(tmp_path: Path) -> None:
     ours = hello(tmp_path)
     assert Hello.read(ours.line()) == ours
@@ -126,6 +152,15 @@ def test_a_hello_round_trips_and_anything_else_is_refused(tmp_path: Path) -> Non
     ]:
         with pytest.raises(HelloError):
             Hello.read(line)
+    for changes in ({"passphrase": "\ud800"}, {"identity": "x\udfff"}, {"settings": {"\udc80": "1"}}):
+        line = json.dumps({**json.loads(ours.line()), **changes}).encode()
+        with pytest.raises(HelloError, match="not Unicode"):
+            Hello.read(line)
+    changed = ours._replace(changed=True)
+    assert Hello.read(changed.line()) == changed
+    for wrong in (changed._replace(passphrase=None), changed._replace(page=PageRequest(0, handoff=False))):
+        with pytest.raises(HelloError):
+            Hello.read(wrong.line())
     assert read_answer(answer(None)) is None
     assert read_answer(answer("no, because")) == "no, because"
     with pytest.raises(HelloError):

@@ -9,6 +9,7 @@ serve.py     serving MCP over stdio (the default command) and the page (`ui`)
 bridge.py    a host's bridge to the vault's one memory process (unless SQUIRREL_MCP_SHARED=0)
 starting.py  how a bridge starts the memory process (nothing of the host's folder), and its log
 memory_process.py  the memory process serving every bridge of a vault
+admission.py  whom the memory process admits, and a passphrase changed while it serves
 background.py  the unlock in a thread, for both servers
 browse.py    `search`, `list`, `show`: the server's own tools, called in process
 doctor.py    `doctor`: one line per check, each with its fix

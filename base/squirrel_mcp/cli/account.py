@@ -208,11 +208,55 @@ def cmd_passphrase(config: Config) -> int:
     else:
         print("Set SQUIRREL_PASSPHRASE to the new passphrase in your MCP client's config (and wherever else")
         print("it is set).")
+    told = _tell_memory_process(config, new)
+    if told is not None:
+        print(told)
     print("Servers running now keep working; they need the new one when they start again.")
     if config.remote:
         print("Other machines using this account need it too: until they have it, they are told the")
         print("passphrase was changed.")
     return 0
+
+
+# How long the command waits for the running memory process to take the new passphrase, in
+# seconds: one key derivation, after the unlock if the process is still opening the vault.
+TELL_WAIT = 60.0
+
+
+def _tell_memory_process(config: Config, new: str) -> str | None:
+    """Give the vault's running memory process the new passphrase; the line saying so (None: none runs).
+
+    Told as a bridge would say it, over the channel only this user can reach: the process
+    checks that the new passphrase opens the account's key, admits it from then on, and
+    refuses the old one at once instead of until a host brings the new one.
+    """
+    from squirrel_mcp.core.channel import Channel, ChannelError, PeerRefused, supported
+    from squirrel_mcp.core.hello import Hello, HelloError, identity, read_answer, settings
+
+    if not supported():
+        return None
+    env = dict(os.environ)
+    told = Hello(identity(config), settings(config, env), new, changed=True)
+    try:
+        connection = Channel.of(told.identity, env).connect()
+    except (ChannelError, PeerRefused, OSError):
+        return None
+    if connection is None:
+        return None
+    try:
+        connection.settimeout(TELL_WAIT)
+        connection.sendall(told.line())
+        with connection.makefile("rb") as reader:
+            refused = read_answer(reader.readline())
+    except (OSError, HelloError):
+        refused = "it did not answer"
+    finally:
+        connection.close()
+    if refused is None:
+        return "The running memory process of this vault now admits only the new passphrase."
+    return (
+        f"The running memory process of this vault still admits the old passphrase until it ends ({refused})."
+    )
 
 
 def _renew_entry(config: Config, new: str) -> bool:

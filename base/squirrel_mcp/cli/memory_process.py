@@ -10,7 +10,9 @@ the page, which it serves on that store too while the command runs.
 
 A bridge is admitted only when it runs as this user (checked on every
 connection), its settings are this process's and its passphrase the one it
-was unlocked with; otherwise it hears the one line saying why. When the unlock
+was unlocked with; otherwise it hears the one line saying why (see
+squirrel_mcp.cli.admission). An error in one connection ends that connection
+alone, never the process its other bridges use. When the unlock
 fails the process stops listening at once (so the next bridge starts a fresh
 one, with its own passphrase), answers its bridges the line, and ends when
 they have gone. Otherwise it ends once no bridge has been connected for
@@ -34,20 +36,22 @@ import anyio.to_thread
 from anyio.abc import SocketAttribute, SocketListener, SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from squirrel_mcp.cli.admission import Admission
 from squirrel_mcp.cli.background import open_in_background
 from squirrel_mcp.core.channel import Channel, PeerRefused, check_peer, try_lock
 from squirrel_mcp.core.config import Config, location
 from squirrel_mcp.core.hello import (
     IDLE_VARIABLE,
     MAX_HELLO,
+    NOT_UNICODE,
     Hello,
     HelloError,
+    NotUnicode,
     PageRequest,
     answer,
     identity,
     idle_seconds,
     page_answer,
-    refusal,
     settings,
 )
 from squirrel_mcp.core.lines import log_line
@@ -168,7 +172,8 @@ class MemoryProcess:
         self.host = host
         self._closed = False
         self.opening = opening
-        self.ours = ours
+        # Whom it admits: bridges saying `ours`, with the passphrase as it changes.
+        self.admission = Admission(ours, where, opening)
         self.where = where
         self.idle = idle
         self.bridges = 0
@@ -229,16 +234,11 @@ class MemoryProcess:
         self.retiring = True
         self.listening.leave()
 
-    async def _passphrase_changed_to(self, hello: Hello) -> bool:
-        """True when `hello` differs from ours only by a passphrase that now opens the account's key."""
-        like_ours = self.ours._replace(passphrase=hello.passphrase)
-        store = self.opening.store()
-        if hello.passphrase is None or store is None or refusal(like_ours, hello, self.where) is not None:
-            return False
-        return await anyio.to_thread.run_sync(store.opened_by, hello.passphrase)
-
     async def _admitted(self, stream: SocketStream, lines: Lines) -> Hello | None:
-        """The bridge's hello when it said one within HELLO_WAIT and was taken (it heard so)."""
+        """The bridge's hello when it said one within HELLO_WAIT and was taken (it heard so).
+
+        A passphrase change's hello is returned unanswered (`Admission.take_change` answers it).
+        """
         with anyio.move_on_after(HELLO_WAIT):
             line = await lines.line(MAX_HELLO)
             if line is None:
@@ -247,11 +247,15 @@ class MemoryProcess:
                 hello = Hello.read(line)
             except HelloError as error:
                 log_line(f"a connection that is no bridge was closed ({error})")
+                if isinstance(error, NotUnicode):
+                    # A bridge whose host's config holds such text hears why (else it would try again).
+                    await stream.send(answer(NOT_UNICODE))
                 return None
-            refused = refusal(self.ours, hello, self.where)
-            if refused is not None and await self._passphrase_changed_to(hello):
+            if hello.changed:
+                return None if self.retiring else hello
+            refused = self.admission.refusal(hello)
+            if refused is not None and await self.admission.passphrase_changed_to(hello):
                 # `squirrel-mcp passphrase` ran while this process served: the new one is ours.
-                self.ours = self.ours._replace(passphrase=hello.passphrase)
                 refused = None
             if self.retiring:
                 return None
@@ -314,6 +318,9 @@ class MemoryProcess:
                 hello = await self._admitted(stream, lines)
                 if hello is None:
                     return
+                if hello.changed:
+                    await stream.send(answer(await self.admission.take_change(hello)))
+                    return
                 if hello.page is not None:
                     await self._page(hello.page, stream, lines)
                 else:
@@ -330,6 +337,11 @@ class MemoryProcess:
                     await anyio.to_thread.run_sync(self.close)
         except (*CLOSED, anyio.DelimiterNotFound, OSError):
             pass  # the bridge went away: its session is over
+        except Exception as error:  # one connection's failure is its own
+            # Its type alone: the error's text may hold what the connection said.
+            log_line(
+                f"a connection ended on an error ({type(error).__name__}); the other hosts are served on"
+            )
         finally:
             self.bridges -= 1
             self.last_left = time.monotonic()

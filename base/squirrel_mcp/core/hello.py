@@ -7,9 +7,12 @@ connection carries the host's MCP session, one JSON-RPC message per line.
 `squirrel-mcp ui` says the same hello with a `page` (the port, and whether a
 browser is to be handed the address): once the page listens the process answers
 one more line, `{"url": URL, "handoff": FILE-URI or null}` or `{"error": LINE}`,
-and serves the page until the connection closes. A
+and serves the page until the connection closes. `squirrel-mcp passphrase` says
+it with `"passphrase changed": true` and the new passphrase once it has changed
+it: the process takes the new one if it opens the account's key, and the
+connection ends with the answer. A
 bridge is refused when its settings are not the running process's (the line
-names the settings, never a secret) or its passphrase is not the one the
+names the settings that differ, never a value) or its passphrase is not the one the
 process was unlocked with. Only the user's own processes can connect (see
 squirrel_mcp.core.channel), and nothing of the hello is ever logged.
 """
@@ -20,7 +23,7 @@ import json
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from squirrel_mcp import __version__
-from squirrel_mcp.core.config import CACHE_DIR_VARIABLE, check_api_base_url
+from squirrel_mcp.core.config import check_api_base_url
 
 if TYPE_CHECKING:
     from squirrel_mcp.core.config import Config
@@ -32,20 +35,18 @@ DEFAULT_IDLE = 600.0
 # The longest hello read: a hello is a few hundred bytes; a longer line is no bridge's.
 MAX_HELLO = 64 * 1024
 MAX_PORT = 65535
-# Variables that are not settings of the memory process: the secrets (compared on their own),
-# and those of the sharing itself, which a bridge reads.
-NOT_SETTINGS = frozenset(
-    {
-        "SQUIRREL_PASSPHRASE",
-        "SQUIRREL_NEW_PASSPHRASE",
-        "SQUIRREL_API_KEY",
-        "SQUIRREL_MCP_SHARED",
-        "SQUIRREL_MCP_SHARED_IDLE",
-        "SQUIRREL_VAULT",
-        "SQUIRREL_API_BASE_URL",
-        CACHE_DIR_VARIABLE,
-    }
+# The variables the memory process reads that two hosts must agree on: the plugins and how they
+# run (the embeddings plugin's too, by name: core never imports a plugin). Only these are compared:
+# anything else a host's environment holds (a sync server's database URL, say) may be a secret,
+# and never travels in a hello. The vault, the cache and the account are the identity's; the
+# passphrase is compared on its own; the sharing's own variables are the bridge's.
+SETTINGS = (
+    "SQUIRREL_MCP_PLUGINS",
+    "SQUIRREL_MCP_TRACE_HOOKS",
+    "SQUIRREL_MEMORY_EMBEDDINGS",
+    "SQUIRREL_MEMORY_MODEL_DIR",
 )
+VERSION = "squirrel-mcp version"
 CLOSE_OTHERS = "close the other hosts of this vault (its memory process ends once none is left)"
 ON_ITS_OWN = "set SQUIRREL_MCP_SHARED=0 in this host's config"
 FIX = f"{CLOSE_OTHERS} or {ON_ITS_OWN}"
@@ -55,29 +56,36 @@ class HelloError(Exception):
     """A hello that is not one: the connection is closed without an answer."""
 
 
+class NotUnicode(HelloError):
+    """A hello holding text no comparison or digest can encode: refused with NOT_UNICODE, then closed."""
+
+
+NOT_UNICODE = (
+    "this host's settings or passphrase hold text that is not Unicode (a lone surrogate, or bytes "
+    "that are not UTF-8); nothing was done: correct them in this host's config"
+)
+
+
 def identity(config: Config) -> str:
     """What a memory process serves: a local vault's full path, or the server and key; and the cache.
 
     The cache directory holds this machine's view of the log (checkpoint, snapshot, vector
-    file): hosts given different ones are as two machines, each with its own process.
+    file): hosts given different ones are as two machines, each with its own process. The
+    parts are a JSON list, so no path (which may hold any text) runs into the next part.
     """
-    cache = config.cache_dir.expanduser().resolve()
+    cache = str(config.cache_dir.expanduser().resolve())
     if config.api_base_url is None:
-        return f"vault {config.vault_path.expanduser().resolve()} cache {cache}"
+        return json.dumps(["vault", str(config.vault_path.expanduser().resolve()), "cache", cache])
     import hmac  # only for a sync account: a local vault's bridge does without OpenSSL
 
     key = hmac.new(b"squirrel-mcp channel", (config.api_key or "").encode("utf-8"), "sha256").hexdigest()
-    return f"account {check_api_base_url(config.api_base_url)} {key} cache {cache}"
+    return json.dumps(["account", check_api_base_url(config.api_base_url), key, "cache", cache])
 
 
 def settings(config: Config, env: dict[str, str]) -> dict[str, str]:
-    """What must be the same for two hosts to share a memory process: the version, the variables."""
-    chosen = {
-        name: value
-        for name, value in env.items()
-        if name.startswith("SQUIRREL_") and value and name not in NOT_SETTINGS
-    }
-    chosen["squirrel-mcp version"] = __version__
+    """What must be the same for two hosts to share a memory process: the version, the SETTINGS set."""
+    chosen = {name: env[name] for name in SETTINGS if env.get(name)}
+    chosen[VERSION] = __version__
     return dict(sorted(chosen.items()))
 
 
@@ -90,19 +98,24 @@ class PageRequest(NamedTuple):
 
 
 class Hello(NamedTuple):
-    """A bridge's first line; `page` for `squirrel-mcp ui`'s."""
+    """A bridge's first line; `page` for `squirrel-mcp ui`'s; `changed` for `squirrel-mcp passphrase`'s.
+
+    `changed`: the passphrase was just changed to this hello's; the process that opened the
+    account with the old one takes the new one and refuses the old one from then on.
+    """
 
     identity: str
     settings: dict[str, str]
     passphrase: str | None
     page: PageRequest | None = None
+    changed: bool = False
 
     def __repr__(self) -> str:
         """The hello without its passphrase."""
         hidden = "<hidden>" if self.passphrase else None
         return (
             f"Hello(identity={self.identity!r}, settings={self.settings!r}, passphrase={hidden}, "
-            f"page={self.page!r})"
+            f"page={self.page!r}, changed={self.changed!r})"
         )
 
     def line(self) -> bytes:
@@ -111,6 +124,8 @@ class Hello(NamedTuple):
         message["settings"], message["passphrase"] = self.settings, self.passphrase
         if self.page is not None:
             message["page"] = {"port": self.page.port, "handoff": self.page.handoff}
+        if self.changed:
+            message["passphrase changed"] = True
         return json.dumps(message, ensure_ascii=True).encode("ascii") + b"\n"
 
     @classmethod
@@ -129,7 +144,22 @@ class Hello(NamedTuple):
             raise HelloError("settings that are not text")
         if passphrase is not None and not isinstance(passphrase, str):
             raise HelloError("a passphrase that is not text")
-        return cls(where, given, passphrase, _page_request(message.get("page")))
+        # JSON's \u escapes spell lone surrogates, which no comparison or digest can encode.
+        if not all(_encodes(text) for text in (where, passphrase or "", *given, *given.values())):
+            raise NotUnicode("text that is not Unicode")
+        changed, page = message.get("passphrase changed", False), _page_request(message.get("page"))
+        if not isinstance(changed, bool) or (changed and (page is not None or passphrase is None)):
+            raise HelloError("a passphrase change that is not one")
+        return cls(where, given, passphrase, page, changed)
+
+
+def _encodes(text: str) -> bool:
+    """Whether `text` is Unicode text that UTF-8 can hold (no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _page_request(page: Any) -> PageRequest | None:
@@ -153,13 +183,10 @@ def refusal(ours: Hello, theirs: Hello, where: str) -> str | None:
     """Why the bridge saying `theirs` may not share the process that `ours` started; None: it may."""
     if theirs.identity != ours.identity:
         return f"this host's memory process serves another vault than {where}; {FIX}"
-    differing = sorted(set(ours.settings.items()) ^ set(theirs.settings.items()))
+    differing = sorted({name for name, _ in set(ours.settings.items()) ^ set(theirs.settings.items())})
     if differing:
-        names = sorted({name for name, _ in differing})
-        described = "; ".join(
-            f"{name}: {ours.settings.get(name, 'unset')} there, {theirs.settings.get(name, 'unset')} here"
-            for name in names
-        )
+        # Named, never their values: the line reaches the host's log and its agent.
+        described = ", ".join(differing) + (" differs" if len(differing) == 1 else " differ")
         return f"the memory process of {where} runs with other settings than this host's ({described}); {FIX}"
     if not _same(ours.passphrase, theirs.passphrase):
         return (

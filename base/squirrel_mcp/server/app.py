@@ -24,7 +24,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.prompts import Prompt
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
+from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
+from mcp_types import INVALID_PARAMS
 from pydantic import ConfigDict, ValidationError
 
 from squirrel_mcp import __version__
@@ -186,6 +188,24 @@ class SquirrelServer(MCPServer):
             raise
         finally:
             request_progress.reset(token)
+
+    async def get_prompt(
+        self, name: str, arguments: dict[str, Any] | None = None, context: Context[Any, Any] | None = None
+    ) -> Any:
+        """The prompt `name`, rendered; an unknown name or an argument it does not take is refused.
+
+        The SDK's refusal repeats the name (a string the host chose) and logs a traceback
+        holding it: this one names the prompts there are, and nothing reaches the log.
+        """
+        prompts = {prompt.name: prompt for prompt in await self.list_prompts()}
+        if name not in prompts:
+            raise MCPError(
+                INVALID_PARAMS, f"unknown prompt; this server's prompts are {', '.join(sorted(prompts))}"
+            )
+        takes = sorted(argument.name for argument in prompts[name].arguments or [])
+        if not set(arguments or {}) <= set(takes):
+            raise MCPError(INVALID_PARAMS, f"the prompt {name} takes {', '.join(takes) or 'no arguments'}")
+        return await super().get_prompt(name, arguments, context)
 
 
 def _progress_reporter(context: Context[Any, Any]) -> ProgressReport:
