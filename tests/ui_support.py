@@ -24,8 +24,8 @@ from tests.conftest import PASSPHRASE, host_env, secrets_of_this_test
 
 # The test vault's key derivation: cheap, so unlocking takes milliseconds, not a second.
 CHEAP_KDF = crypto.KdfParams(salt=b"u" * crypto.SALT_BYTES, n=2**14)
-# The page's own name (squirrel-<32 hex digits>.localhost), its port and its one-time token.
-URL = re.compile(r"http://(squirrel-[0-9a-f]{32}\.localhost):(\d+)/\?token=([A-Za-z0-9_-]+)")
+# The printed address: the page's name (its own squirrel-<32 hex digits>.localhost), port and token.
+URL = re.compile(r"http://([^:/]+):(\d+)/\?token=([A-Za-z0-9_-]+)")
 # Start-up and shutdown wait this long at most: generous, the machine may be busy.
 PROCESS_TIMEOUT = 120
 
