@@ -2,7 +2,8 @@
 
 Every form answers its POST with a redirect (303), saved or refused: to the
 memory's page, to the add form, to the list, or to the page of an action on
-several memories (squirrel_mcp.ui.outcomes keeps what that page shows). That
+several memories (squirrel_mcp.ui.outcomes keeps what that page shows); only the
+export's form, given the right passphrase, answers with the file itself. That
 holds for every refusal: a rule broken, a body too large, a conflict, an unknown
 id, the store busy or unreachable. So the address bar never holds a form's
 target: a reload shows the page again rather than sending the form again, and a
