@@ -16,7 +16,7 @@ from urllib.parse import quote, urlencode
 import pytest
 from mcp import Client
 
-from tests.conftest import WARM_WAIT, WARMING, call, needs_model, run_cli, server_params
+from tests.conftest import PASSPHRASE, WARM_WAIT, WARMING, call, needs_model, run_cli, server_params
 from tests.ui_support import (
     FORM,
     create_vault,
@@ -327,8 +327,13 @@ def test_search_counts_and_export(vault_env: dict[str, str], tmp_path: Path) -> 
         assert SECRET_TEXT in page and "penicillin" not in page
         status, _, page = ui.request("GET", "/?limit=1", headers=session)
         assert "1-1 of 2" in page and 'rel="next"' in page
-        # The export is the CLI's: every memory with its history.
-        status, headers, data = ui.request("GET", "/export", headers=session)
+        # The export is the CLI's: every memory with its history, once the passphrase is given again.
+        status, _, page = ui.request("GET", "/export", headers=session)
+        assert status == 200 and 'name="passphrase" type="password"' in page and SECRET_TEXT not in page
+        write = {**session, **FORM, "Origin": ui.origin}
+        status, headers, data = ui.request(
+            "POST", "/export", headers=write, body=form_body(passphrase=PASSPHRASE)
+        )
         assert status == 200 and headers["content-disposition"].startswith("attachment;")
         exported = json.loads(data)
         assert exported["format"] == "squirrel-mcp-export"

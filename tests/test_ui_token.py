@@ -50,7 +50,9 @@ try:
         with open(path, encoding="utf-8") as file:
             forward = html.unescape(re.search(r'content="0;url=([^"]+)"', file.read()).group(1))
         parts = urlsplit(forward)
-        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+        # As Chromium and Firefox do, the page's *.localhost name is resolved here, to loopback.
+        assert parts.hostname.endswith(".localhost"), parts.hostname
+        connection = http.client.HTTPConnection("127.0.0.1", parts.port, timeout=30)
         connection.request("GET", f"{{parts.path}}?{{parts.query}}", headers={{"Host": parts.netloc}})
         answer = connection.getresponse()
         answer.read()

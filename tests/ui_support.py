@@ -24,7 +24,8 @@ from tests.conftest import PASSPHRASE, host_env, secrets_of_this_test
 
 # The test vault's key derivation: cheap, so unlocking takes milliseconds, not a second.
 CHEAP_KDF = crypto.KdfParams(salt=b"u" * crypto.SALT_BYTES, n=2**14)
-URL = re.compile(r"http://127\.0\.0\.1:(\d+)/\?token=([A-Za-z0-9_-]+)")
+# The printed address: the page's name (its own squirrel-<32 hex digits>.localhost), port and token.
+URL = re.compile(r"http://([^:/]+):(\d+)/\?token=([A-Za-z0-9_-]+)")
 # Start-up and shutdown wait this long at most: generous, the machine may be busy.
 PROCESS_TIMEOUT = 120
 
@@ -69,18 +70,24 @@ class Ui:
     """A running `squirrel-mcp ui` and the address it printed."""
 
     process: subprocess.Popen[str]
+    name: str
     port: int
     token: str
 
     @property
     def url(self) -> str:
         """The printed address, token included."""
-        return f"http://127.0.0.1:{self.port}/?token={self.token}"
+        return f"http://{self.name}:{self.port}/?token={self.token}"
+
+    @property
+    def host(self) -> str:
+        """The Host header a browser sends the page: its own name and port."""
+        return f"{self.name}:{self.port}"
 
     @property
     def origin(self) -> str:
         """The page's own origin, as a browser sends it."""
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}"
 
     def request(
         self,
@@ -93,7 +100,8 @@ class Ui:
         """One raw HTTP request: (status, headers by lower-case name, body as text)."""
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=PROCESS_TIMEOUT)
         try:
-            sent = {"Host": f"127.0.0.1:{self.port}", **(headers or {})}
+            # Connected to 127.0.0.1 as a browser resolves the page's *.localhost name.
+            sent = {"Host": self.host, **(headers or {})}
             connection.request(method, path, body=body, headers=sent)
             response = connection.getresponse()
             data = response.read().decode("utf-8", errors="replace")
@@ -174,7 +182,7 @@ def running_ui(env: dict[str, str], tmp_path: Path, *args: str, browser: bool = 
         line = _first_line(process.stdout)
         found = URL.search(line)
         assert found is not None, f"no address printed; stderr: {stderr_path.read_text()}"
-        ui = Ui(process, int(found.group(1)), found.group(2))
+        ui = Ui(process, found.group(1), int(found.group(2)), found.group(3))
         yield ui
         assert ui.stop() in (0, 130), stderr_path.read_text()
         assert "Traceback" not in stderr_path.read_text()

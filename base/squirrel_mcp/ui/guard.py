@@ -2,14 +2,19 @@
 
 Every request passes here before any page code runs:
 
-- the Host header must name 127.0.0.1 or localhost at this port, so a web page
-  whose own domain was re-pointed at 127.0.0.1 (DNS rebinding) gets nothing;
+- the Host header must be the page's own name at this port (a random
+  `squirrel-….localhost`: squirrel_mcp.ui.session), so a web page whose own domain
+  was re-pointed at 127.0.0.1 (DNS rebinding) gets nothing, and neither does a
+  request for 127.0.0.1 or localhost, under which a cookie would be shared with
+  every other listener on the address;
 - the one-time token of the printed URL is traded, on the first visit, for a
-  session cookie (HttpOnly, SameSite=Strict) and a redirect to the same path
-  without the token, so the token is neither in the history nor reusable (the
-  redirect is built from the path alone and never leaves this page: `same_origin`);
-- every later request needs that cookie: none is 401, a wrong one 403, with a
-  one-line body and nothing else;
+  session cookie (host-only: no Domain, so it goes to this name alone; HttpOnly,
+  SameSite=Strict) and a redirect to the same path without the token, so the token
+  is neither in the history nor reusable (the redirect is built from the path alone
+  and never leaves this page: `same_origin`);
+- every later request needs that cookie, used within the session's idle lifetime:
+  none is 401, an expired one 401 saying how to get back in, a wrong one 403, each
+  with a one-line body and nothing else;
 - a write (any method but GET and HEAD) also needs an Origin header naming this
   page (a form another site posts here is refused: CSRF);
 - every answer carries a strict Content-Security-Policy and is never cached.
@@ -21,7 +26,7 @@ traceback's locals could hold memory text.
 from __future__ import annotations
 
 import functools
-import secrets
+import os
 from collections.abc import Callable
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qsl, quote, urlencode
@@ -29,6 +34,7 @@ from urllib.parse import parse_qsl, quote, urlencode
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from squirrel_mcp.core.lines import log_line
+from squirrel_mcp.ui.session import Session, State, idle_seconds, same
 
 # Scripts, styles and images only from this page's own /static/; forms only back to it; no frames.
 CONTENT_SECURITY_POLICY = (
@@ -51,6 +57,7 @@ SAFE_METHODS = frozenset({"GET", "HEAD"})
 # Left as they are in a redirect's path (RFC 3986's pchar less the unreserved, which quote keeps).
 PATH_CHARACTERS = "/:@!$&'()*+,;="
 TOKEN_PARAMETER = "token"  # noqa: S105 - the query parameter's name, not a secret
+COOKIE_NAME = "squirrel_ui"
 
 
 # Its lines name the page ("squirrel-mcp ui: ..."), apart from the server's.
@@ -64,24 +71,27 @@ class Guard:
         self,
         app: ASGIApp,
         *,
+        name: str,
         port: int,
         token: str,
+        session: Session | None = None,
         redeemed: Callable[[], None] | None = None,
         log: Callable[[str], None] = UI_LOG,
     ) -> None:
-        """Let through to `app` only requests for 127.0.0.1:`port` from the holder of `token`.
+        """Let through to `app` only requests for `name`:`port` from the holder of `token`.
 
-        `redeemed` is called once the token has been traded for the session (the
+        `session` is the page's session (by default one idle for SQUIRREL_UI_IDLE seconds
+        at most); `redeemed` is called once the token has been traded for it (the
         browser's hand-off file is then deleted).
         """
         self._app = app
         self._token: str | None = token
         self._redeemed = redeemed
-        self._session = secrets.token_urlsafe(32)
-        # Cookies are shared by every port of a host: the port in the name keeps two pages apart.
-        self.cookie_name = f"squirrel_ui_{port}"
-        self._hosts = {f"127.0.0.1:{port}", f"localhost:{port}"}
-        self._origins = {f"http://{host}" for host in self._hosts}
+        self.session = session if session is not None else Session(idle_seconds(os.environ))
+        # Host-only, under a name no other listener answers to: the port needs no place in it.
+        self.cookie_name = COOKIE_NAME
+        self.host = f"{name}:{port}"
+        self._origin = f"http://{self.host}"
         self._log = log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -89,45 +99,57 @@ class Guard:
         if scope["type"] != "http":
             return
         headers = _headers(scope)
-        if headers.get("host") not in self._hosts:
-            # DNS rebinding: the browser believes it talks to another site.
-            await _plain(send, 421, "this page answers only at 127.0.0.1 or localhost")
+        if headers.get("host") != self.host:
+            # DNS rebinding (the browser believes it talks to another site), or the bare address,
+            # under which the cookie would reach every listener on 127.0.0.1.
+            await _plain(send, 421, "this page answers only at the address squirrel-mcp ui printed")
             return
         method = scope["method"]
         query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         token = next((value for name, value in query if name == TOKEN_PARAMETER), None)
-        if self._has_session(headers):
-            if method not in SAFE_METHODS and headers.get("origin") not in self._origins:
+        cookies = _cookies(headers)
+        state = self.session.use(cookies.get(self.cookie_name))
+        if state is State.LIVE:
+            if method not in SAFE_METHODS and headers.get("origin") != self._origin:
                 await _plain(send, 403, "a change must come from this page itself")
             elif token is not None:
-                await self._redirect_without_token(scope, send, query, cookie=False)
+                await self._redirect_without_token(scope, send, query, cookie=None)
             else:
                 await self._call_page(scope, receive, send)
             return
         if token is None:
-            status = 403 if self.cookie_name in _cookies(headers) else 401
-            await _plain(send, status, "open the address squirrel-mcp ui printed")
+            await self._refuse(send, state, sent=self.cookie_name in cookies)
             return
-        if method != "GET" or self._token is None or not secrets.compare_digest(token, self._token):
+        if method != "GET" or self._token is None or not same(token, self._token):
             await _plain(send, 403, "this token is not valid (each printed address opens once)")
             return
         self._token = None
         if self._redeemed is not None:
             self._redeemed()
-        await self._redirect_without_token(scope, send, query, cookie=True)
+        await self._redirect_without_token(scope, send, query, cookie=self.session.open())
 
-    def _has_session(self, headers: dict[str, str]) -> bool:
-        value = _cookies(headers).get(self.cookie_name)
-        return value is not None and secrets.compare_digest(value, self._session)
+    async def _refuse(self, send: Send, state: State, *, sent: bool) -> None:
+        """No live session: say why in one line."""
+        if state is State.EXPIRED:
+            await _plain(
+                send,
+                401,
+                f"signed out after {self.session.lifetime()} unused: stop squirrel-mcp ui, run it again",
+            )
+        elif sent:
+            await _plain(send, 403, "open the address squirrel-mcp ui printed")
+        else:
+            await _plain(send, 401, "open the address squirrel-mcp ui printed")
 
     async def _redirect_without_token(
-        self, scope: Scope, send: Send, query: list[tuple[str, str]], *, cookie: bool
+        self, scope: Scope, send: Send, query: list[tuple[str, str]], *, cookie: str | None
     ) -> None:
         rest = urlencode([(name, value) for name, value in query if name != TOKEN_PARAMETER])
         location = same_origin(scope["path"]) + (f"?{rest}" if rest else "")
         headers = [(b"location", location.encode())]
-        if cookie:
-            value = f"{self.cookie_name}={self._session}; Path=/; HttpOnly; SameSite=Strict"
+        if cookie is not None:
+            # No Domain: the browser sends it back to this very name only.
+            value = f"{self.cookie_name}={cookie}; Path=/; HttpOnly; SameSite=Strict"
             headers.append((b"set-cookie", value.encode()))
         await _answer(send, 303, b"", headers)
 

@@ -1,5 +1,9 @@
 """Serve the page on 127.0.0.1 until Ctrl-C: print its one-time address, open the browser.
 
+The address names the page by a random `*.localhost` name of its own
+(squirrel_mcp.ui.session), which the browser resolves to 127.0.0.1, so its cookie
+goes to no other listener on the address.
+
 The browser is opened on an owner-only file that forwards it to the address
 (squirrel_mcp.ui.handoff), never on the address itself: a browser's command line
 is readable by every local user, and the address carries the one-time token.
@@ -25,6 +29,7 @@ from squirrel_mcp.plugins.manager import PluginHost
 from squirrel_mcp.ui.app import create_app
 from squirrel_mcp.ui.guard import Guard
 from squirrel_mcp.ui.handoff import Handoff
+from squirrel_mcp.ui.session import page_name
 
 LOOPBACK = "127.0.0.1"
 # Seconds Ctrl-C waits for open requests (a browser keeps connections open) before closing them.
@@ -67,11 +72,14 @@ class Page:
         try:
             bound = int(self.socket.getsockname()[1])
             token = secrets.token_urlsafe(32)
-            self.url = f"http://{LOOPBACK}:{bound}/?token={token}"
+            name = page_name()
+            self.url = f"http://{name}:{bound}/?token={token}"
             if handoff:
                 self.handoff = Handoff.write(self.url)
             redeemed = None if self.handoff is None else self.handoff.remove
-            app = Guard(create_app(store, host, where=where), port=bound, token=token, redeemed=redeemed)
+            app = Guard(
+                create_app(store, host, where=where), name=name, port=bound, token=token, redeemed=redeemed
+            )
             config = uvicorn.Config(
                 app,
                 log_config=None,
