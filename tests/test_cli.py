@@ -39,6 +39,21 @@ def test_init_creates_a_vault_and_prints_a_client_config(vault_env: dict[str, st
     assert vault.read_bytes() == before
 
 
+def test_init_with_a_relative_vault_prints_its_absolute_path(
+    vault_env: dict[str, str], tmp_path: Path
+) -> None:
+    # A host runs the printed block in a folder of its own: a relative path there is another vault.
+    folder = tmp_path / "project"
+    folder.mkdir()
+    env = {**vault_env, "SQUIRREL_VAULT": "vaults/mine.sqlite3"}
+    result = run_cli(env, "init", cwd=folder)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.decode()
+    server = json.loads(out[out.index("{") :])["mcpServers"]["squirrel-notes"]
+    assert server["env"]["SQUIRREL_VAULT"] == str(folder / "vaults" / "mine.sqlite3")
+    assert (folder / "vaults" / "mine.sqlite3").exists()
+
+
 def test_the_printed_command_is_the_script_that_ran_or_the_uvx_form(tmp_path: Path) -> None:
     from squirrel_mcp.cli import account
 

@@ -45,7 +45,9 @@ def _client_config(config: Config, *, in_keychain: bool = False) -> str:
         if not in_keychain:
             env["SQUIRREL_API_KEY"] = "<your API key>"
     elif config.vault_path != Config.from_env({}).vault_path:
-        env["SQUIRREL_VAULT"] = str(config.vault_path)
+        # Absolute: a host starts its server in a folder of its own choosing, where a relative
+        # path would name another vault (or none).
+        env["SQUIRREL_VAULT"] = os.path.abspath(config.vault_path.expanduser())
     command, args = server_command()
     entry: dict[str, object] = {"command": command, "args": args}
     if env:
