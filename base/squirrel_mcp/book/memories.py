@@ -30,10 +30,11 @@ from squirrel_mcp.book.importing import HistoryImport
 from squirrel_mcp.book.log import FirstPull, Log
 from squirrel_mcp.book.snapshot import State
 from squirrel_mcp.book.view import View, collecting_later
+from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.core.models import MAX_REVISION, Category, Change, Revision, now_iso
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.search.index import SearchIndex
-from squirrel_mcp.storage import Account, RevisionConflict, SealedRecord, Storage
+from squirrel_mcp.storage import Account, FileStorage, RevisionConflict, SealedRecord, Storage
 
 # How often `save_once` looks again after its append was refused because another process
 # took the same id (saved the same memory) at the same moment; each look sees that save.
@@ -134,6 +135,7 @@ class MemoryStore:
     def refresh(self) -> None:
         """Decrypt whatever was appended since the last look (writes always call this first)."""
         with self._lock:
+            self._look()
             self._apply(self._log.pull())
             if self._log.snapshots is not None:
                 self._log.snapshots.write_if_stale(self._view.count, self._captured)
@@ -159,6 +161,50 @@ class MemoryStore:
             self._apply(records)
             if snapshots is not None:
                 snapshots.write_if_stale(self._view.count, self._captured)
+
+    def _look(self) -> None:
+        """Open the log again, as a start does, when another program deleted, replaced or edited its file.
+
+        The start's checks then run on what the file holds now: a log rolled back or
+        with a record removed no longer extends this machine's checkpoint, so it is
+        reported and writes are refused until the user accepts it. A vault gone from
+        its path is a StorageError for every call until a vault is back there.
+        """
+        change = self._log.look()
+        if change is None:
+            return
+        log = self._log.reopened(change)
+        where = log.storage.path if isinstance(log.storage, FileStorage) else "its path"
+        log_line(
+            f"the vault at {where} was "
+            + ("replaced by another file" if change == "replaced" else "changed by another program")
+            + " while squirrel-mcp had it open: it is read again and checked as at a start"
+        )
+        before, old_view, listeners = self._log, self._view, self.listeners
+        self._log, self._view, self.listeners = log, View(), []
+        try:
+            self._open_log()
+            if log.watch is not None:
+                log.watch.opened()
+        except BaseException:
+            self._log, self._view = before, old_view
+            if log.storage is not before.storage:
+                log.storage.close()
+            raise
+        finally:
+            self.listeners = listeners
+        if log.storage is not before.storage:
+            before.storage.close()
+        # The plugins hear of every memory the file holds otherwise than the view did.
+        was = {memory_id: history.newest_readable() for memory_id, history in old_view.histories.items()}
+        changed = [
+            latest
+            for memory_id, history in self._view.histories.items()
+            if (latest := history.newest_readable()) is not None and was.get(memory_id) != latest
+        ]
+        if changed:
+            for listener in self.listeners:
+                listener(changed)
 
     def _captured(self) -> State | None:
         """The state the view holds now, for a snapshot (taken under the lock); None without a log watch."""
@@ -312,6 +358,8 @@ class MemoryStore:
     # Writing -----------------------------------------------------------------
 
     def _append(self, revisions: list[Revision]) -> None:
+        # A look first: a write must not go into a file deleted or replaced since the caller's refresh.
+        self._look()
         self._log.append(revisions)
         self.refresh()
 
