@@ -286,7 +286,7 @@ class LocalVault:
     # What other programs did to the file meanwhile --------------------------------------
 
     def moved(self) -> Literal["gone", "replaced"] | None:
-        """ "gone" when nothing is at the path any more, "replaced" when another file is; else None.
+        """What became of the file at the path: "gone", "replaced" (another file is there), or None.
 
         One lstat: cheap enough before every operation. A link put at the path counts
         as another file (reopening it refuses the link).
