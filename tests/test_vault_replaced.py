@@ -8,12 +8,15 @@ again. A rollback (the files put back from a copy, or an older copy restored int
 the file with SQLite's backup API) and a record deleted with sqlite3 are reported
 as a start reports them, every write is refused, and nothing is acknowledged that
 is not in the vault on disk; a deleted vault answers every call with one line.
+Last, in process: a snapshot file another process wrote meanwhile is read again,
+not written over.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import sqlite3
@@ -23,12 +26,14 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from squirrel_mcp.book.checkpoint import ACCEPT_COMMAND
+from squirrel_mcp.book.checkpoint import ACCEPT_COMMAND, Place
+from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.book.snapshot import STALE_RECORDS
+from squirrel_mcp.storage.local import LocalVault
 from tests.conftest import call, call_error, run_cli, secrets_of_this_test, server_params
 from tests.shared_support import channel_of, memory_processes, shared_host_env
-from tests.test_log_integrity import _copy_vault, _put_back, _vault_files
-
-pytestmark = [pytest.mark.anyio, pytest.mark.process]
+from tests.test_log_integrity import CHEAP, _copy_vault, _put_back, _vault_files
+from tests.test_snapshot import memory
 
 
 @pytest.fixture(params=["shared", "own"])
@@ -71,6 +76,8 @@ async def assert_rolled_back(client: Client, problem: str, total: int) -> None:
     assert problem in refused and "nothing was written" in refused and ACCEPT_COMMAND in refused
 
 
+@pytest.mark.anyio
+@pytest.mark.process
 async def test_a_vault_put_back_from_a_copy_while_the_process_idles_refuses_the_next_save(
     env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -98,6 +105,8 @@ async def test_a_vault_put_back_from_a_copy_while_the_process_idles_refuses_the_
     assert problem in log and "Traceback" not in log
 
 
+@pytest.mark.anyio
+@pytest.mark.process
 async def test_a_vault_deleted_under_the_process_answers_every_call_in_one_line(
     env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -135,6 +144,8 @@ def restore_into(vault: Path, copy: Path) -> None:
         source.backup(target)
 
 
+@pytest.mark.anyio
+@pytest.mark.process
 async def test_an_older_copy_restored_into_the_file_is_noticed_by_the_next_call(
     env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -158,6 +169,8 @@ async def test_an_older_copy_restored_into_the_file_is_noticed_by_the_next_call(
     assert problem in log and "Traceback" not in log
 
 
+@pytest.mark.anyio
+@pytest.mark.process
 async def test_a_record_deleted_with_sqlite3_is_noticed_by_the_next_call(env: dict[str, str]) -> None:
     problem = "holds 2 records, fewer than the 3 this machine saw"
     async with Client(server_params(env)) as host:
@@ -172,3 +185,29 @@ async def test_a_record_deleted_with_sqlite3_is_noticed_by_the_next_call(env: di
     log = logged()
     assert "changed by another program while squirrel-mcp had it open" in log
     assert problem in log and "Traceback" not in log
+
+
+def test_a_snapshot_another_process_wrote_meanwhile_is_read_again_not_written_over(tmp_path: Path) -> None:
+    """Two processes of one machine on one vault: the one behind keeps the other's snapshot.
+
+    In process, on real files: the snapshot is the cache directory's, not the vault's.
+    """
+    vault = tmp_path / "vault.sqlite3"
+    place = Place(tmp_path / "cache", str(vault))
+    writer = MemoryStore.create(LocalVault(vault, create=True), "snapshot pass phrase", CHEAP, place)
+    behind = MemoryStore.unlock(LocalVault(vault, create=False), "snapshot pass phrase", place)
+    rng = random.Random(7)
+    writer.import_histories([[memory(number, rng)] for number in range(STALE_RECORDS + 50)])
+    writer.close()
+    snapshot = place.file(writer.account_id, "state-{}.snapshot")
+    written = snapshot.stat()
+    # The process behind pulls as many records: it would write the same snapshot over the other's.
+    behind.refresh()
+    behind.close()
+    assert len(behind.current()) == STALE_RECORDS + 50
+    assert (snapshot.stat().st_ino, snapshot.stat().st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
+    # Once it is further on than the file, it writes its own.
+    writer.import_histories([[memory(STALE_RECORDS + 50 + n, rng)] for n in range(STALE_RECORDS)])
+    behind.refresh()
+    behind.close()
+    assert snapshot.stat().st_ino != written.st_ino
