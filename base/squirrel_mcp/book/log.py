@@ -34,6 +34,7 @@ from squirrel_mcp.book.checkpoint import (
 )
 from squirrel_mcp.book.errors import LogDivergedError
 from squirrel_mcp.book.snapshot import Snapshots
+from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.core.models import MAX_REVISION, Revision, sharing_fields_set
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage import FileStorage, SealedRecord, Storage, StorageError
@@ -196,13 +197,17 @@ class Log:
             if account is None or account.account_id != self.account_id:
                 raise StorageError(
                     f"the vault at {path} was replaced by one of another account (or of none) while "
-                    "squirrel-mcp had it open; nothing was read or written. Restart the MCP host "
-                    "to open it, or put the vault back"
+                    "squirrel-mcp had it open; nothing was read or written. Put the vault back, or "
+                    "let squirrel-mcp open this one, with its passphrase, at its next start"
                 )
         except BaseException:
             if storage is not self.storage:
                 storage.close()
             raise
+        what = "replaced by another file" if change == "replaced" else "changed by another program"
+        log_line(
+            f"the vault at {path} was {what} while squirrel-mcp had it open: it is read again and checked"
+        )
         return Log(storage, self.account_id, self._key, self._checkpoints)
 
     def checked(self, repeats: list[Repeat]) -> None:

@@ -29,11 +29,10 @@ from squirrel_mcp.book.log import FirstPull, Log
 from squirrel_mcp.book.snapshot import State
 from squirrel_mcp.book.view import View, collecting_later
 from squirrel_mcp.book.writing import Writing
-from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.core.models import Revision
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.search.index import SearchIndex
-from squirrel_mcp.storage import Account, FileStorage, SealedRecord, Storage
+from squirrel_mcp.storage import Account, SealedRecord, Storage
 
 # The purpose of the key `opened_by` compares the data keys by (never the keys themselves).
 PASSPHRASE_CHECK_PURPOSE = "passphrase check"  # noqa: S105 - a key derivation label, no secret
@@ -166,16 +165,13 @@ class MemoryStore(Writing):
         reported and writes are refused until the user accepts it. A vault gone from
         its path is a StorageError for every call until a vault is back there.
         """
-        change = self._log.look()
-        if change is None:
-            return
-        log = self._log.reopened(change)
-        where = log.storage.path if isinstance(log.storage, FileStorage) else "its path"
-        log_line(
-            f"the vault at {where} was "
-            + ("replaced by another file" if change == "replaced" else "changed by another program")
-            + " while squirrel-mcp had it open: it is read again and checked as at a start"
-        )
+        with self._lock:
+            change = self._log.look()
+            if change is not None:
+                self._reopen(self._log.reopened(change))
+
+    def _reopen(self, log: Log) -> None:
+        """Take `log` (opened afresh) for the store's, with a view of its own, as `__init__` opens one."""
         before, old_view, listeners = self._log, self._view, self.listeners
         self._log, self._view, self.listeners = log, View(), []
         try:

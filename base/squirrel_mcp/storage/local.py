@@ -99,8 +99,10 @@ class LocalVault:
         except sqlite3.DatabaseError as error:
             raise StorageError(f"{path} is not a readable squirrel-mcp vault ({_reason(error)})") from error
         # The file SQLite opened a moment ago (a swap within that moment is the directory's
-        # owner's to make, as in _make_private).
-        self._identity = _identity(path)
+        # owner's to make, as in _make_private), looked for where it was even if the
+        # process's working directory changes.
+        self._where = path.absolute()
+        self._identity = _identity(self._where)
 
     def _make_private(self, file: Path) -> None:
         """Refuse `file` if it is a symlink or not a regular file; set its mode to 0600 if it is looser.
@@ -291,7 +293,7 @@ class LocalVault:
         One lstat: cheap enough before every operation. A link put at the path counts
         as another file (reopening it refuses the link).
         """
-        identity = _identity(self.path)
+        identity = _identity(self._where)
         if identity is None:
             return "gone"
         return None if identity == self._identity else "replaced"
