@@ -7,12 +7,19 @@ to while the log does not extend the checkpoint. Each record is one revision,
 sealed with AES-256-GCM; its associated data binds account, memory id and
 revision, so records cannot be swapped or replayed. It also holds where this
 machine keeps its snapshots of the decrypted state (squirrel_mcp.book.snapshot).
+
+A log in a file of this machine (the local vault) can be changed by other
+programs while this process holds it: `look` tells, before each operation,
+whether the file was deleted or replaced at its path, or its records edited in
+place (removed, an older copy restored into it); the store then opens the log
+again as a start does (`reopened`), so the start's checks run on it.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from typing import Literal
 
 from pydantic import ValidationError
 
@@ -27,9 +34,13 @@ from squirrel_mcp.book.checkpoint import (
 )
 from squirrel_mcp.book.errors import LogDivergedError
 from squirrel_mcp.book.snapshot import Snapshots
+from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.core.models import MAX_REVISION, Revision, sharing_fields_set
 from squirrel_mcp.keys import crypto
-from squirrel_mcp.storage import SealedRecord, Storage
+from squirrel_mcp.storage import FileStorage, SealedRecord, Storage, StorageError
+
+# What `Log.look` finds another program did to the log's file since this process last looked.
+Change = Literal["gone", "replaced", "edited"]
 
 
 class FirstPull:
@@ -99,7 +110,15 @@ class Log:
         self.storage = storage
         self.account_id = account_id
         self._key = data_key
+        self._checkpoints = checkpoints
         self._cursor = 0
+        # How many records the pulls returned, and the last of them: what the file must still hold.
+        self._count = 0
+        self._last: SealedRecord | None = None
+        # The storage as a file other programs may change (None: a sync server's log).
+        self._file = storage if isinstance(storage, FileStorage) else None
+        # The file's data version when its tail was last found as pulled (None: not looked yet).
+        self._version: int | None = None
         self._pulled_at: float | None = None
         self._first = first
         read = None if first is None else first.result()[0]
@@ -117,15 +136,79 @@ class Log:
         if first is not None:
             read, records, self._cursor = first.result()
             self._pulled_at = first.started
+            self._counted(records)
             if self.watch is not None:
                 self.watch.pulled(records, read.chain)
             return records
         started = time.monotonic()
         records, self._cursor = self.storage.changes_since(self._cursor)
         self._pulled_at = started
+        self._counted(records)
         if self.watch is not None:
             self.watch.pulled(records)
         return records
+
+    def _counted(self, records: list[SealedRecord]) -> None:
+        self._count += len(records)
+        if records:
+            self._last = records[-1]
+
+    def look(self) -> Change | None:
+        """What another program did to the log's file since the last look, or None (also for a sync server).
+
+        "gone": nothing is at the path any more; "replaced": another file is (a backup
+        restored, a sync tool, `mv`); "edited": the file no longer holds the records
+        pulled from it. Only when another connection committed to the file since the
+        last look (its data version) is its tail read: as many records up to the
+        cursor as were pulled, the last of them the one pulled last. So a record
+        removed anywhere, an older copy restored into the file, and the last record
+        changed are found; a record changed in place before the last one is found
+        only by the next open's whole chain. Costs an lstat and a pragma, plus two
+        index reads when another process wrote.
+        """
+        file = self._file
+        if file is None:
+            return None
+        moved = file.moved()
+        if moved is not None:
+            return moved
+        version = file.data_version()
+        if version == self._version:
+            return None
+        tail = file.tail(self._cursor)
+        self._version = version
+        return None if (tail.count, tail.last) == (self._count, self._last) else "edited"
+
+    def reopened(self, change: Change) -> Log:
+        """A log opened afresh on the file now at the path (`change`: what `look` found), to pull from 0.
+
+        StorageError, changing nothing, when the vault is gone or holds another account.
+        """
+        assert self._file is not None
+        path = self._file.path
+        if change == "gone":
+            raise StorageError(
+                f"the vault at {path} is gone: it was deleted or moved away while squirrel-mcp had it "
+                f"open; nothing was read or written. Put it back at {path}"
+            )
+        storage = self._file.reopen() if change == "replaced" else self._file
+        try:
+            account = storage.load_account()
+            if account is None or account.account_id != self.account_id:
+                raise StorageError(
+                    f"the vault at {path} was replaced by one of another account (or of none) while "
+                    "squirrel-mcp had it open; nothing was read or written. Put the vault back, or "
+                    "let squirrel-mcp open this one, with its passphrase, at its next start"
+                )
+        except BaseException:
+            if storage is not self.storage:
+                storage.close()
+            raise
+        what = "replaced by another file" if change == "replaced" else "changed by another program"
+        log_line(
+            f"the vault at {path} was {what} while squirrel-mcp had it open: it is read again and checked"
+        )
+        return Log(storage, self.account_id, self._key, self._checkpoints)
 
     def checked(self, repeats: list[Repeat]) -> None:
         """The last pull was applied, `repeats` naming its records for a (memory, revision) seen before."""
@@ -170,8 +253,21 @@ class Log:
         ]
 
     def append(self, revisions: list[Revision]) -> None:
-        """Seal and append `revisions`, all or nothing (RevisionConflict when one exists already)."""
+        """Seal and append `revisions`, all or nothing (RevisionConflict when one exists already).
+
+        StorageError when the file was deleted or replaced at its path while they were
+        written: they went into the file that was there, not into the one there now, so
+        the write is not reported done. (Once it is, a later change of the file is a
+        change like any other, found at the next call.)
+        """
         self.storage.append(self.seal(revisions))
+        if self._file is not None and self._file.moved() is not None:
+            path = self._file.path
+            raise StorageError(
+                f"the vault at {path} was deleted or replaced by another file while this change was "
+                f"written: it went into the file that was there, not into the vault at {path} now; "
+                "nothing was saved there"
+            )
 
     def derive_key(self, purpose: str) -> bytes:
         """A key of its own for `purpose`, derived from the data key (`crypto.derive_key`)."""

@@ -26,7 +26,9 @@ The store writes a snapshot once it decrypted at least STALE_RECORDS records
 beyond the one it read, in the background, and at a clean shutdown when it is
 that stale. Several processes may write it: each write is complete and atomic
 (`files.atomic_write`), the last one wins, and any one of them is valid for the
-log it describes.
+log it describes. A file that changed since this process read or wrote it
+(another process wrote one, or a copy was put back) is read again before this
+process writes: when it covers at least as many records, it stays.
 
 Security: the file is sealed with AES-256-GCM under `crypto.derive_key(data key,
 "state-snapshot")`, its associated data naming the account and the format; it
@@ -38,6 +40,7 @@ file, so its contents, which only this code wrote, are trusted once it opens
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -262,6 +265,8 @@ class Snapshots:
         self.covered = 0
         self._writer: threading.Thread | None = None
         self._failed = False
+        # The file as this process last read or wrote it (device, inode, size, mtime), or None.
+        self._seen: tuple[int, int, int, int] | None = None
 
     @classmethod
     def of(cls, place: Place, account_id: str, data_key: bytes) -> Snapshots:
@@ -277,9 +282,11 @@ class Snapshots:
         """The state in the snapshot if it opens and is of the start of the log `chain` covers; else None."""
         try:
             with self.path.open("rb") as file:
-                blob = bytearray(os.fstat(file.fileno()).st_size)
+                status = os.fstat(file.fileno())
+                blob = bytearray(status.st_size)
                 if file.readinto(blob) != len(blob):
                     return None
+                self._seen = _identity(status)
         except OSError:
             return None
         try:
@@ -315,6 +322,9 @@ class Snapshots:
         state = capture()
         if state is None:
             return
+        if self._covered_elsewhere(state.count):
+            self.covered = max(self.covered, state.count)
+            return
         try:
             self.write(state)
         except OSError as error:
@@ -340,3 +350,32 @@ class Snapshots:
         blob += bytes(crypto.TAG_BYTES)
         crypto.seal_in_place(self._key, memoryview(blob), _ad(self._account_id))
         atomic_write(self.path, blob)
+        with contextlib.suppress(OSError):
+            self._seen = _identity(self.path.stat())
+
+    def _covered_elsewhere(self, count: int) -> bool:
+        """Whether the file, changed since this process last read or wrote it, covers `count` records or more.
+
+        Then another process wrote it (or a copy was put back) and it stays: writing this
+        state over it would make the next open decrypt more. Its header is read under the
+        key; a file that does not open, or that this code would not use, is written over.
+        """
+        try:
+            status = self.path.stat()
+        except OSError:
+            return False
+        if _identity(status) == self._seen:
+            return False
+        self._seen = _identity(status)
+        try:
+            blob = bytearray(self.path.read_bytes())
+            header, _ = _header(crypto.open_in_place(self._key, memoryview(blob), _ad(self._account_id)))
+        except (OSError, crypto.DecryptionError, ValueError, TypeError, struct.error):
+            return False
+        found = header.get("count")
+        return type(found) is int and found >= count and header.get("code") == code_version()
+
+
+def _identity(status: os.stat_result) -> tuple[int, int, int, int]:
+    """What tells one snapshot file from another written at the same path: device, inode, size, mtime."""
+    return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns

@@ -28,7 +28,7 @@ from squirrel_mcp.core.keychain import KeychainError, NoKeychainError
 from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.keys.crypto import KEY_CHANGE_PURPOSE, KdfParams, WrongPassphraseError
 from squirrel_mcp.storage import NO_REMOTE_ACCOUNT, Account, AccountExists, Storage, StorageError
-from squirrel_mcp.storage.local import LocalVault
+from squirrel_mcp.storage.local import LocalVault, tell_corrected_modes
 
 MIN_PASSPHRASE = 8
 # How often a new passphrase is asked for (too short, or confirmed differently) before giving up.
@@ -120,11 +120,7 @@ def open_storage(config: Config, *, create: bool) -> Storage:
 
         return RemoteStorage(check_api_base_url(config.api_base_url), config.api_key)
     vault = LocalVault(config.vault_path, create=create)
-    for path, mode in vault.corrected_modes:
-        log_line(
-            f"{path} could be read or written by other users (mode {mode:04o}); its mode is now 0600. "
-            "Whoever read it holds sealed records that only your passphrase protects"
-        )
+    tell_corrected_modes(vault)
     return vault
 
 

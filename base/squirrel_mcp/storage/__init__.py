@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from squirrel_mcp.keys.crypto import KdfParams
@@ -161,4 +162,45 @@ class Storage(Protocol):
 
     def close(self) -> None:
         """Release the backend's resources."""
+        ...
+
+
+@dataclass(frozen=True)
+class Tail:
+    """A log as storage holds it now, up to a cursor: how many records, and the record at the cursor."""
+
+    count: int
+    last: SealedRecord | None
+
+
+@runtime_checkable
+class FileStorage(Storage, Protocol):
+    """A backend in a file of this machine, which other programs can replace, delete or edit meanwhile.
+
+    A backup restored, a sync tool or `mv` puts another file at the path while a
+    process holds the one it opened; sqlite3 can delete a record. The memory book
+    asks these cheap questions before every operation, so that it notices such a
+    change at its next call, not at its next start.
+    """
+
+    #: Where the file is, for the messages saying what happened to it.
+    path: Path
+
+    def moved(self) -> Literal["gone", "replaced"] | None:
+        """Whether the path still names the file this storage opened: None, or what became of it."""
+        ...
+
+    def reopen(self) -> FileStorage:
+        """The storage at the same path opened afresh, as a start opens it (StorageError if it cannot be)."""
+        ...
+
+    def data_version(self) -> int:
+        """A number that changes whenever another connection (another process) commits to the file."""
+        ...
+
+    def tail(self, cursor: int) -> Tail:
+        """How many records the log holds up to `cursor` (as `changes_since` returned it), and the one at it.
+
+        Read together, as of one moment.
+        """
         ...

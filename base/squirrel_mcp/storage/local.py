@@ -13,6 +13,13 @@ write is set back to mode 0600 when it is opened, and the caller is told so it
 can tell the user; one owned by another user is refused. A symbolic link at any
 of the three paths is refused rather than followed: SQLite would create or open
 whatever it points to, with the umask's mode.
+
+The file's identity (device and inode) is recorded at the open: `moved` compares
+the path's with it before each operation, so a vault deleted, or replaced by
+another file (a backup restored, a sync tool, `mv`), is not served from the file
+SQLite still holds. `data_version` and `tail` let the memory book notice a change
+another connection made in place (records deleted with sqlite3, an older copy
+restored into the file) at its next call.
 """
 
 from __future__ import annotations
@@ -24,10 +31,12 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal
 
 from pydantic import ValidationError
 
 from squirrel_mcp.core.files import create_private_file
+from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.keys.crypto import proves_key_change
 from squirrel_mcp.storage import (
     Account,
@@ -37,6 +46,7 @@ from squirrel_mcp.storage import (
     RevisionConflict,
     SealedRecord,
     StorageError,
+    Tail,
     sqlite,
 )
 from squirrel_mcp.storage.wire import NewAccount
@@ -88,6 +98,11 @@ class LocalVault:
             self._check_schema()
         except sqlite3.DatabaseError as error:
             raise StorageError(f"{path} is not a readable squirrel-mcp vault ({_reason(error)})") from error
+        # The file SQLite opened a moment ago (a swap within that moment is the directory's
+        # owner's to make, as in _make_private), looked for where it was even if the
+        # process's working directory changes.
+        self._where = path.absolute()
+        self._identity = _identity(self._where)
 
     def _make_private(self, file: Path) -> None:
         """Refuse `file` if it is a symlink or not a regular file; set its mode to 0600 if it is looser.
@@ -269,6 +284,71 @@ class LocalVault:
         """Close the connection (checkpointing the WAL when last out)."""
         with self._lock, self._guard():
             self._db.close()
+
+    # What other programs did to the file meanwhile --------------------------------------
+
+    def moved(self) -> Literal["gone", "replaced"] | None:
+        """What became of the file at the path: "gone", "replaced" (another file is there), or None.
+
+        One lstat: cheap enough before every operation. A link put at the path counts
+        as another file (reopening it refuses the link).
+        """
+        identity = _identity(self._where)
+        if identity is None:
+            return "gone"
+        return None if identity == self._identity else "replaced"
+
+    def reopen(self) -> LocalVault:
+        """The vault at the same path, opened afresh as a start opens it (its modes set, and said so)."""
+        vault = LocalVault(self.path, create=False)
+        tell_corrected_modes(vault)
+        return vault
+
+    def data_version(self) -> int:
+        """SQLite's `data_version`: it changes whenever another connection has committed to the file."""
+        with self._lock, self._guard():
+            return int(self._db.execute("PRAGMA data_version").fetchone()[0])
+
+    def tail(self, cursor: int) -> Tail:
+        """How many records have a sequence number up to `cursor`, and the one numbered `cursor`.
+
+        In one read transaction. The total's `count(*)` walks the smallest index (the
+        (memory id, revision) pairs), not the records' pages; the records past `cursor`
+        (appended since the caller's last pull: few) are counted off it, and the one
+        at `cursor` is one lookup.
+        """
+        with self._lock, self._guard():
+            self._db.execute("BEGIN")
+            try:
+                (total,) = self._db.execute("SELECT count(*) FROM records").fetchone()
+                after_cursor = "SELECT count(*) FROM records WHERE seq > ?"
+                (after,) = self._db.execute(after_cursor, (cursor,)).fetchone()
+                row = self._db.execute(
+                    "SELECT memory_id, revision, ciphertext FROM records WHERE seq = ?", (cursor,)
+                ).fetchone()
+            finally:
+                self._db.execute("COMMIT")
+        last = None if row is None else SealedRecord(row[0], row[1], bytes(row[2]))
+        return Tail(total - after, last)
+
+
+def tell_corrected_modes(vault: LocalVault) -> None:
+    """One line for each file of `vault` whose mode its open set back to 0600."""
+    for path, mode in vault.corrected_modes:
+        log_line(
+            f"{path} could be read or written by other users (mode {mode:04o}); its mode is now 0600. "
+            "Whoever read it holds sealed records that only your passphrase protects"
+        )
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """The device and inode of the file at `path` (not following a link), or None when there is none."""
+    try:
+        status = path.lstat()
+    except OSError:
+        # Missing, or its directory no longer reachable: either way no vault is there for this process.
+        return None
+    return status.st_dev, status.st_ino
 
 
 def _record(account: Account) -> str:
