@@ -21,6 +21,7 @@ stdio server does at its end. Its log lines go to the channel's log file.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import signal
@@ -50,8 +51,9 @@ from squirrel_mcp.core.hello import (
     refusal,
     settings,
 )
-from squirrel_mcp.core.lines import log_line
+from squirrel_mcp.core.lines import limit_repeats, log_line
 from squirrel_mcp.plugins.manager import PluginHost
+from squirrel_mcp.serving.limits import raise_file_limit
 
 if TYPE_CHECKING:
     import pluggy
@@ -67,6 +69,8 @@ HELLO_WAIT = 10.0
 MAX_LINE = 64 * 1024 * 1024
 # How long a memory process started beside a running one waits for the vault's lock.
 LOCK_WAIT = 120.0
+# Seconds the accept loop waits after a connection could not be accepted (out of descriptors, say).
+ACCEPT_BACKOFF = 0.1
 
 
 def wait_for_lock(channel: Channel) -> int | None:
@@ -121,6 +125,23 @@ class Replies:
 
     async def flush(self) -> None:
         """Each write is sent whole."""
+
+
+async def _accepted(listener: SocketListener) -> SocketStream | None:
+    """The next connection; None, after one line and ACCEPT_BACKOFF, when taking it failed.
+
+    Out of descriptors (EMFILE), the connection waits in the socket's queue until some
+    are free; a failure never ends the process, which serves every other host on.
+    The line is said again at most once a minute (core/lines.py), however long it lasts.
+    """
+    try:
+        return await listener.accept()
+    except anyio.BrokenResourceError as broken:
+        cause = broken.__cause__
+        name = errno.errorcode.get(cause.errno or 0, "") if isinstance(cause, OSError) else ""
+        log_line(f"a connection could not be accepted ({name or type(cause).__name__}); trying again")
+        await anyio.sleep(ACCEPT_BACKOFF)
+        return None
 
 
 def _overdue(unanswered: int, waited: float) -> None:
@@ -191,9 +212,10 @@ class MemoryProcess:
                 try:
                     with accepting:
                         while True:
-                            stream = await listener.accept()
-                            self.bridges += 1
-                            sessions.start_soon(self.session, stream)
+                            stream = await _accepted(listener)
+                            if stream is not None:
+                                self.bridges += 1
+                                sessions.start_soon(self.session, stream)
                 finally:
                     accepted.set()
 
@@ -346,6 +368,10 @@ def cmd_memory_process(config: Config, pm: pluggy.PluginManager) -> int:
     and waits for its answer, instead of trying again until the socket is there. The
     vault's own code (storage, cryptography) is imported by the unlock, in the background.
     """
+    # Its log is every host's: a flood of one failure leaves a line a minute, not megabytes.
+    limit_repeats()
+    # Each host's connection and the page's take descriptors: the most the system allows.
+    raise_file_limit()
     env = dict(os.environ)
     idle = idle_seconds(env.get(IDLE_VARIABLE))
     if config.lacks_secret:
