@@ -51,8 +51,8 @@ from squirrel_mcp.core.hello import (
     refusal,
     settings,
 )
-from squirrel_mcp.core.lines import limit_repeats, log_line
-from squirrel_mcp.plugins.manager import PluginHost
+from squirrel_mcp.core.lines import log_line, shared_log
+from squirrel_mcp.plugins.manager import TRACE_ENV, PluginHost
 from squirrel_mcp.serving.limits import raise_file_limit
 
 if TYPE_CHECKING:
@@ -368,11 +368,12 @@ def cmd_memory_process(config: Config, pm: pluggy.PluginManager) -> int:
     and waits for its answer, instead of trying again until the socket is there. The
     vault's own code (storage, cryptography) is imported by the unlock, in the background.
     """
-    # Its log is every host's: a flood of one failure leaves a line a minute, not megabytes.
-    limit_repeats()
+    env = dict(os.environ)
+    # Its log is every host's: a flood of one failure leaves a line a minute, not megabytes;
+    # all of it when hook tracing was asked for (a line per hook call, by a person reading them).
+    shared_log(limit=env.get(TRACE_ENV, "") in ("", "0"))
     # Each host's connection and the page's take descriptors: the most the system allows.
     raise_file_limit()
-    env = dict(os.environ)
     idle = idle_seconds(env.get(IDLE_VARIABLE))
     if config.lacks_secret:
         from squirrel_mcp.cli.unlock import from_keychain

@@ -5,11 +5,11 @@ Every command and the server report what a person can fix as one line,
 such as "memory: local embeddings ready", are written as given (`notice_line`).
 
 The memory process's stderr is a log file that every host of the vault shows:
-there (`limit_repeats`) a line written again within REPEAT_INTERVAL is left out
-and counted, no more than MOST_LINES lines are written in one interval, and the
-records of the libraries' loggers (asyncio's, uvicorn's, the MCP SDK's) become
-such lines too, without their values or tracebacks. A flood of one failure
-(connections refused, say) so leaves a few lines, not megabytes.
+there (`shared_log`) the records of the libraries' loggers (asyncio's, uvicorn's,
+the MCP SDK's) become such lines too, without their values or tracebacks; a line
+written again within REPEAT_INTERVAL is left out and counted, and no more than
+MOST_LINES lines are written in one interval. A flood of one failure (connections
+refused, say) so leaves a line a minute, not megabytes.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import time
 PROGRAM = "squirrel-mcp"
 # Seconds within which a line the same as one written is left out (and counted).
 REPEAT_INTERVAL = 60.0
-# Lines written at most in one REPEAT_INTERVAL, whatever they say.
-MOST_LINES = 100
+# Lines written at most in one REPEAT_INTERVAL, whatever they say (far more than a process
+# says in a minute: an open naming each damaged memory of a large vault stays whole).
+MOST_LINES = 1000
 # The characters of a logger's message kept: a library's message may carry a long value.
 LONGEST_RECORD = 300
 # How many different lines are remembered before the ones older than REPEAT_INTERVAL are forgotten.
@@ -63,8 +64,8 @@ class Repeats:
             self._written[line] = now
             written = []
             if self._over_most:
-                over = f"{self._over_most} log line(s) were left out (over {self.most} a minute)"
-                written.append(f"{PROGRAM}: {over}")
+                over = f"over {self.most} in {self.interval:g} s"
+                written.append(f"{PROGRAM}: {self._over_most} log line(s) were left out ({over})")
                 self._over_most = 0
             same = self._left_out.pop(line, 0)
             written.append(line if not same else f"{line} ({same} more like it were left out)")
@@ -77,7 +78,7 @@ class Repeats:
                 self._left_out.pop(line, None)
 
 
-# Set in the memory process (`limit_repeats`); None: every line is written.
+# Set in the memory process (`shared_log`); None: every line is written.
 _repeats: Repeats | None = None
 
 
@@ -114,13 +115,13 @@ class RecordLines(logging.Handler):
         log_line(f"{record.name}: {message}")
 
 
-def limit_repeats() -> None:
-    """From now on in this process: repeated lines left out, and loggers' records written as lines.
+def shared_log(*, limit: bool = True) -> None:
+    """From now on in this process, stderr is a log: every logger's record is one line.
 
-    Records of level WARNING and above, as Python writes them when nothing is configured.
+    Records of level WARNING and above, as Python writes them when nothing is configured;
+    any handler configured before is replaced. With `limit`, repeated lines are left out
+    and at most MOST_LINES written in a REPEAT_INTERVAL.
     """
     global _repeats
-    _repeats = Repeats()
-    handler = RecordLines(logging.WARNING)
-    root = logging.getLogger()
-    root.addHandler(handler)
+    _repeats = Repeats() if limit else None
+    logging.getLogger().handlers[:] = [RecordLines(logging.WARNING)]
