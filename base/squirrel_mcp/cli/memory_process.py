@@ -15,7 +15,10 @@ fails the process stops listening at once (so the next bridge starts a fresh
 one, with its own passphrase), answers its bridges the line, and ends when
 they have gone. Otherwise it ends once no bridge has been connected for
 SQUIRREL_MCP_SHARED_IDLE seconds (600 by default), writing its snapshot as the
-stdio server does at its end. Its log lines go to the channel's log file.
+stdio server does at its end. Its log lines go to the channel's log file,
+which every host shows: a repeated line is left out there (core/lines.py). A
+connection it cannot accept (out of descriptors, say) is tried again shortly,
+and never ends the process.
 """
 
 from __future__ import annotations
@@ -138,8 +141,8 @@ async def _accepted(listener: SocketListener) -> SocketStream | None:
         return await listener.accept()
     except anyio.BrokenResourceError as broken:
         cause = broken.__cause__
-        name = errno.errorcode.get(cause.errno or 0, "") if isinstance(cause, OSError) else ""
-        log_line(f"a connection could not be accepted ({name or type(cause).__name__}); trying again")
+        reason = errno.errorcode.get(cause.errno or 0, "OSError") if isinstance(cause, OSError) else "closed"
+        log_line(f"a connection could not be accepted ({reason}); trying again")
         await anyio.sleep(ACCEPT_BACKOFF)
         return None
 
