@@ -39,7 +39,7 @@ BATCH = 32
 # Seconds the tests hold a flood of failing accepts before they end it (not a measure: the
 # assertions hold for any duration).
 FLOOD_HELD = 3.0
-# The process runs the limit in Python: a host's config can name no wrapper such as prlimit.
+# The host's server, its limits on open files set first (in Python: no prlimit needed).
 WITH_LIMIT = (
     "import os, resource, sys; "
     "resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), int(sys.argv[2]))); "
