@@ -17,12 +17,16 @@ fails the process stops listening at once (so the next bridge starts a fresh
 one, with its own passphrase), answers its bridges the line, and ends when
 they have gone. Otherwise it ends once no bridge has been connected for
 SQUIRREL_MCP_SHARED_IDLE seconds (600 by default), writing its snapshot as the
-stdio server does at its end. Its log lines go to the channel's log file.
+stdio server does at its end. Its log lines go to the channel's log file,
+which every host shows: a repeated line is left out there (core/lines.py). A
+connection it cannot accept (out of descriptors, say) is tried again shortly,
+and never ends the process.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import signal
@@ -54,8 +58,9 @@ from squirrel_mcp.core.hello import (
     page_answer,
     settings,
 )
-from squirrel_mcp.core.lines import log_line
-from squirrel_mcp.plugins.manager import PluginHost
+from squirrel_mcp.core.lines import log_line, shared_log
+from squirrel_mcp.plugins.manager import TRACE_ENV, PluginHost
+from squirrel_mcp.serving.limits import raise_file_limit
 
 if TYPE_CHECKING:
     import pluggy
@@ -71,6 +76,8 @@ HELLO_WAIT = 10.0
 MAX_LINE = 64 * 1024 * 1024
 # How long a memory process started beside a running one waits for the vault's lock.
 LOCK_WAIT = 120.0
+# Seconds the accept loop waits after a connection could not be accepted (out of descriptors, say).
+ACCEPT_BACKOFF = 0.1
 
 
 def wait_for_lock(channel: Channel) -> int | None:
@@ -125,6 +132,23 @@ class Replies:
 
     async def flush(self) -> None:
         """Each write is sent whole."""
+
+
+async def _accepted(listener: SocketListener) -> SocketStream | None:
+    """The next connection; None, after one line and ACCEPT_BACKOFF, when taking it failed.
+
+    Out of descriptors (EMFILE), the connection waits in the socket's queue until some
+    are free; a failure never ends the process, which serves every other host on.
+    The line is said again at most once a minute (core/lines.py), however long it lasts.
+    """
+    try:
+        return await listener.accept()
+    except anyio.BrokenResourceError as broken:
+        cause = broken.__cause__
+        reason = errno.errorcode.get(cause.errno or 0, "OSError") if isinstance(cause, OSError) else "closed"
+        log_line(f"a connection could not be accepted ({reason}); trying again")
+        await anyio.sleep(ACCEPT_BACKOFF)
+        return None
 
 
 def _overdue(unanswered: int, waited: float) -> None:
@@ -196,9 +220,10 @@ class MemoryProcess:
                 try:
                     with accepting:
                         while True:
-                            stream = await listener.accept()
-                            self.bridges += 1
-                            sessions.start_soon(self.session, stream)
+                            stream = await _accepted(listener)
+                            if stream is not None:
+                                self.bridges += 1
+                                sessions.start_soon(self.session, stream)
                 finally:
                     accepted.set()
 
@@ -359,6 +384,11 @@ def cmd_memory_process(config: Config, pm: pluggy.PluginManager) -> int:
     vault's own code (storage, cryptography) is imported by the unlock, in the background.
     """
     env = dict(os.environ)
+    # Its log is every host's: a flood of one failure leaves a line a minute, not megabytes;
+    # all of it when hook tracing was asked for (a line per hook call, by a person reading them).
+    shared_log(limit=env.get(TRACE_ENV, "") in ("", "0"))
+    # Each host's connection and the page's take descriptors: the most the system allows.
+    raise_file_limit()
     idle = idle_seconds(env.get(IDLE_VARIABLE))
     if config.lacks_secret:
         from squirrel_mcp.cli.unlock import from_keychain

@@ -44,8 +44,8 @@ try:
     # The server extra; without it only this message can be given, by `main`.
     import uvicorn
 
+    from squirrel_mcp.serving.connections import Listener, connection_budget, guarded_protocol
     from squirrel_mcp.syncserver.app import Limits, create_app
-    from squirrel_mcp.syncserver.connections import Listener, connection_budget, guarded_protocol
 except ImportError as missing:
     _MISSING: str | None = missing.name or "Starlette and uvicorn"
 else:
@@ -343,7 +343,9 @@ def _serve(database: Database, args: argparse.Namespace) -> int:
         )
     config = uvicorn.Config(
         app,
-        http=guarded_protocol(max_connections, args.header_timeout),
+        http=guarded_protocol(
+            max_connections, args.header_timeout, full_hint=" (is a reverse proxy limiting connections?)"
+        ),
         log_level="info",
         access_log=not args.no_access_log,
         server_header=False,

@@ -10,6 +10,12 @@ is readable by every local user, and the address carries the one-time token.
 
 uvicorn's own logging is off: an access log line carries the URL, and a URL
 here carries a search query. The guard logs failures by type only.
+
+Any local user can connect to the port, and the memory process serves the page
+beside every host's session: the listener and uvicorn's protocol are bounded as
+the sync server's are (squirrel_mcp.serving.connections), within half of the
+process's descriptors, so that connections to the page never take those the
+hosts' connections need.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import uvicorn
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.core.config import ConfigError
 from squirrel_mcp.plugins.manager import PluginHost
+from squirrel_mcp.serving.connections import Listener, connection_budget, guarded_protocol
 from squirrel_mcp.ui.app import create_app
 from squirrel_mcp.ui.guard import Guard
 from squirrel_mcp.ui.handoff import Handoff
@@ -34,11 +41,25 @@ from squirrel_mcp.ui.session import page_name
 LOOPBACK = "127.0.0.1"
 # Seconds Ctrl-C waits for open requests (a browser keeps connections open) before closing them.
 GRACEFUL_SHUTDOWN = 3
+# Connections open at once: a browser opens six or so to one address; past the cap, the one
+# that has waited longest for its request head is dropped.
+MAX_CONNECTIONS = 32
+# Seconds a connection may take to send a request head (after opening, or after an answer).
+HEADER_TIMEOUT = 10.0
+# The share of the process's open files left to everything but the page: in the memory
+# process, the hosts' connections and the vault's files.
+OTHERS_SHARE = 0.5
+# Connections waiting to be taken (listen's backlog, which uvicorn sets again).
+BACKLOG = 128
 
 
-def listen(port: int) -> socket.socket:
-    """A socket listening on 127.0.0.1:`port` (0: a free port), made here so the port is known at once."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+def listen(port: int) -> Listener:
+    """A socket listening on 127.0.0.1:`port` (0: a free port), made here so the port is known at once.
+
+    It takes no connection whose descriptor would be at or past `fd_ceiling` (set by `Page`).
+    """
+    # IPPROTO_TCP spelled out: asyncio turns Nagle off only on sockets whose proto says TCP.
+    sock = Listener(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     # So a fixed --port can be reused at once after Ctrl-C (its old connections linger in
     # TIME_WAIT); on Linux and macOS it does not let two pages listen on one port. On
     # Windows it would (another program could take the port over), so not there.
@@ -46,7 +67,7 @@ def listen(port: int) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((LOOPBACK, port))
-        sock.listen(128)
+        sock.listen(BACKLOG)
     except OSError as error:
         sock.close()
         # The command line's one-line error, not "Address already in use: None".
@@ -80,8 +101,11 @@ class Page:
             app = Guard(
                 create_app(store, host, where=where), name=name, port=bound, token=token, redeemed=redeemed
             )
+            connections, self.socket.fd_ceiling, _ = connection_budget(MAX_CONNECTIONS, others=OTHERS_SHARE)
             config = uvicorn.Config(
                 app,
+                http=guarded_protocol(connections, HEADER_TIMEOUT),
+                backlog=BACKLOG,
                 log_config=None,
                 log_level="warning",
                 access_log=False,

@@ -1,5 +1,9 @@
 """Bounded connections: a cap on how many are open, and a deadline for request headers.
 
+Both HTTP servers use it: the sync server, and the page (inside the vault's
+memory process, where a flood of connections to the page would otherwise take
+the descriptors every host's connection needs).
+
 uvicorn keeps a connection open for as long as its client keeps it open, and
 waits without limit for the headers of its first request. A few dozen clients
 sending half a request line each (slowloris) could so hold every file
@@ -23,26 +27,35 @@ protocol class with two guards:
   slow ones; if every open connection is inside a request, the new one is
   dropped instead.
 
-The request body has its own deadline in the application (app.Limits), which
-can answer 408 there.
+An error in accepting one connection (its peer reset it, a firewall refused
+it) is that connection's alone: one warning a minute at most, and the next
+turn of the event loop takes the next. Running out of descriptors or memory
+is left to the event loop, which stops accepting for a second.
+
+The sync server's request body has its own deadline in its application
+(syncserver/app.py, Limits), which can answer 408 there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
-import resource
 import socket
 import time
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from squirrel_mcp.serving.limits import UNLIMITED, raise_file_limit
+
 # File descriptors always left free by the listener, for what a request opens:
 # database connections (three files each for SQLite: the database, its WAL and
 # its shared-memory index) and the event loop's own.
 FD_RESERVE = 24
-# One warning when the cap is reached, then at most one a minute.
+# One warning when the cap is reached (or an accept fails), then at most one a minute.
 _WARNING_INTERVAL_S = 60.0
+# What the event loop handles itself when accept() fails so: it stops accepting for a second.
+_OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 _logger = logging.getLogger("uvicorn.error")
 
@@ -51,6 +64,7 @@ class Listener(socket.socket):
     """A listening socket that refuses connections once open files come near the limit."""
 
     fd_ceiling = 2**31 - 1
+    _last_warning = float("-inf")
 
     def accept(self) -> tuple[socket.socket, object]:
         """The next connection, unless its descriptor is at or past `fd_ceiling`.
@@ -58,35 +72,46 @@ class Listener(socket.socket):
         A refused one is closed at once and the event loop told to stop
         accepting for this turn (ConnectionAbortedError); the listening socket
         stays readable while connections wait, so each later turn takes one
-        more, and every waiting connection is either served or refused.
+        more, and every waiting connection is either served or refused. A
+        connection that failed before it was taken is told the same way.
         """
-        connection, address = super().accept()
+        try:
+            connection, address = super().accept()
+        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+            raise
+        except OSError as error:
+            if error.errno in _OUT_OF_RESOURCES:
+                raise
+            # The event loop would log it and call accept again at once, for as long as it fails.
+            self._warn_failed(error)
+            raise ConnectionAbortedError("a connection failed before it was taken") from None
         if connection.fileno() >= self.fd_ceiling:
             connection.close()
             raise ConnectionAbortedError("too many open files to take another connection")
         return connection, address
 
+    def _warn_failed(self, error: OSError) -> None:
+        now = time.monotonic()
+        if now - self._last_warning >= _WARNING_INTERVAL_S:
+            self._last_warning = now
+            name = errno.errorcode.get(error.errno or 0, type(error).__name__)
+            _logger.warning("a connection could not be accepted (%s); taking the next one", name)
 
-def connection_budget(wanted: int) -> tuple[int, int, int]:
+
+def connection_budget(wanted: int, *, others: float = 0.0) -> tuple[int, int, int]:
     """(connections kept open at most, the descriptor ceiling for `Listener`, the file limit).
 
     Raises the soft limit on open files to the hard one first, as far as the
-    system allows. Connections are then capped at `wanted`, and at half the
+    system allows. `others` is the share of the limit kept for the rest of the
+    process (the page leaves the memory process's hosts half); FD_RESERVE more
+    stay free. Connections are then capped at `wanted`, and at half the
     descriptors below the ceiling, so that each may also hold a database file.
     """
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or hard > soft:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        except (ValueError, OSError):
-            # Some systems cap the soft limit below an unlimited hard one; the
-            # current soft limit then stands.
-            pass
-    if soft == resource.RLIM_INFINITY:
-        return wanted, 2**31 - 1, soft
-    ceiling = max(1, soft - FD_RESERVE)
-    return max(1, min(wanted, ceiling // 2)), ceiling, soft
+    limit = raise_file_limit()
+    if limit == UNLIMITED:
+        return wanted, 2**31 - 1, limit
+    ceiling = max(1, int(limit * (1.0 - others)) - FD_RESERVE)
+    return max(1, min(wanted, ceiling // 2)), ceiling, limit
 
 
 class _GuardedH11Protocol(H11Protocol):
@@ -94,6 +119,8 @@ class _GuardedH11Protocol(H11Protocol):
 
     max_connections: int
     header_timeout: float
+    # What the warning at the cap suggests, after saying so.
+    full_hint: str
     _last_warning = float("-inf")
 
     # Set when the connection waits for a request head: since when; None inside a request.
@@ -157,9 +184,9 @@ class _GuardedH11Protocol(H11Protocol):
         if now - cls._last_warning >= _WARNING_INTERVAL_S:
             cls._last_warning = now
             _logger.warning(
-                "%d connections are open, the most allowed: dropping the slowest "
-                "(is a reverse proxy limiting connections?)",
+                "%d connections are open, the most allowed: dropping the slowest%s",
                 self.max_connections,
+                self.full_hint,
             )
         if waiting:
             oldest = min(waiting, key=lambda c: c._waiting_since or now)
@@ -168,10 +195,15 @@ class _GuardedH11Protocol(H11Protocol):
             self.transport.abort()
 
 
-def guarded_protocol(max_connections: int, header_timeout: float) -> type[H11Protocol]:
-    """The protocol class to give uvicorn as `http`, with these two bounds."""
+def guarded_protocol(
+    max_connections: int, header_timeout: float, *, full_hint: str = ""
+) -> type[H11Protocol]:
+    """The protocol class to give uvicorn as `http`, with these two bounds.
+
+    `full_hint`: words the warning at the cap ends with (" (is a proxy limiting them?)").
+    """
     return type(
         "GuardedH11Protocol",
         (_GuardedH11Protocol,),
-        {"max_connections": max_connections, "header_timeout": header_timeout},
+        {"max_connections": max_connections, "header_timeout": header_timeout, "full_hint": full_hint},
     )
