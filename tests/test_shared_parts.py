@@ -171,6 +171,8 @@ def test_a_page_hello_round_trips_and_a_bad_page_is_refused(tmp_path: Path) -> N
     asking = hello(tmp_path)._replace(page=PageRequest(8765, handoff=True))
     assert Hello.read(asking.line()) == asking
     assert Hello.read(hello(tmp_path).line()).page is None
+    lasting = hello(tmp_path)._replace(page=PageRequest(0, handoff=False, idle=90.0))
+    assert Hello.read(lasting.line()) == lasting
     base = {"squirrel-mcp": 1, "identity": "x", "settings": {}, "passphrase": None}
     for page in [
         3,
@@ -180,6 +182,11 @@ def test_a_page_hello_round_trips_and_a_bad_page_is_refused(tmp_path: Path) -> N
         {"port": "80", "handoff": True},
         {"port": 80, "handoff": "yes"},
         {"port": 80},
+        {"port": 80, "handoff": True, "idle": 0},
+        {"port": 80, "handoff": True, "idle": -5},
+        {"port": 80, "handoff": True, "idle": "60"},
+        {"port": 80, "handoff": True, "idle": True},
+        {"port": 80, "handoff": True, "idle": float("inf")},
     ]:
         with pytest.raises(HelloError):
             Hello.read(json.dumps({**base, "page": page}).encode())

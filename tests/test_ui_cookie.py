@@ -22,10 +22,12 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import anyio
 import pytest
+from mcp import Client
 
 from squirrel_mcp.ui.session import Session, State
-from tests.conftest import PASSPHRASE, run_cli, secrets_of_this_test
+from tests.conftest import PASSPHRASE, call, run_cli, secrets_of_this_test, server_params
 from tests.test_ui_browser import CHROMIUM, WAIT_MS, _why_no_browser
 from tests.ui_support import FORM, create_vault, form_body, library, running_ui, save
 
@@ -181,6 +183,24 @@ def test_an_idle_session_expires_and_says_how_to_get_back_in(
         assert status == 401 and SECRET_TEXT not in body
         name = cookie.split("=")[0]
         assert ui.request("GET", "/", headers={"Cookie": f"{name}=forged"})[0] == 403
+
+
+@pytest.mark.process
+@pytest.mark.anyio
+async def test_the_idle_time_is_the_ui_commands_when_a_hosts_memory_process_serves_the_page(
+    vault_env: dict[str, str], tmp_path: Path
+) -> None:
+    # The host's memory process has no SQUIRREL_UI_IDLE (30 minutes); the command says 2 s.
+    create_vault(vault_env)
+    async with Client(server_params(vault_env)) as host:
+        await call(host, "save_memory", text=SECRET_TEXT, entity="home", category="fact")
+        with running_ui({**vault_env, "SQUIRREL_UI_IDLE": "2"}, tmp_path) as ui:
+            cookie = ui.login()
+            await anyio.sleep(3)
+            status, _, body = ui.request("GET", "/", headers={"Cookie": cookie})
+            assert status == 401 and SECRET_TEXT not in body
+            assert body == "signed out after 2 seconds unused: stop squirrel-mcp ui, run it again\n"
+        await call(host, "get_context")
 
 
 @pytest.mark.process

@@ -312,7 +312,13 @@ class MemoryProcess:
             return
         try:
             making = functools.partial(
-                Page, store, self.host, where=self.where, port=request.port, handoff=request.handoff
+                Page,
+                store,
+                self.host,
+                where=self.where,
+                port=request.port,
+                handoff=request.handoff,
+                idle=request.idle,
             )
             page = await anyio.to_thread.run_sync(making)
         except ConfigError as error:

@@ -104,11 +104,14 @@ def cmd_ui(args: argparse.Namespace, pm: pluggy.PluginManager | None) -> int:
     """
     from squirrel_mcp.cli.unlock import UserError, open_store
     from squirrel_mcp.ui.serve import serve
+    from squirrel_mcp.ui.session import idle_seconds
 
     if not 0 <= args.port <= MAX_PORT:
         raise UserError(f"--port must be a port number, 0 to {MAX_PORT} (0: a free one)")
     config = Config.from_env()
-    served = page_of_memory_process(config, PageRequest(args.port, not args.no_browser))
+    # Read here: the memory process that may serve the page has some host's environment.
+    idle = idle_seconds(os.environ)
+    served = page_of_memory_process(config, PageRequest(args.port, not args.no_browser, idle))
     if served is not None:
         return served
     store = open_store(config, create=False)

@@ -95,6 +95,9 @@ class PageRequest(NamedTuple):
     port: int
     # Whether a hand-off file is written for a browser (`squirrel-mcp ui` without --no-browser).
     handoff: bool
+    # How long the page's session lasts unused, in seconds, as the command's SQUIRREL_UI_IDLE
+    # says (the page is the command's: the process's own environment is some host's).
+    idle: float | None = None
 
 
 class Hello(NamedTuple):
@@ -123,7 +126,7 @@ class Hello(NamedTuple):
         message: dict[str, Any] = {"squirrel-mcp": PROTOCOL, "identity": self.identity}
         message["settings"], message["passphrase"] = self.settings, self.passphrase
         if self.page is not None:
-            message["page"] = {"port": self.page.port, "handoff": self.page.handoff}
+            message["page"] = {"port": self.page.port, "handoff": self.page.handoff, "idle": self.page.idle}
         if self.changed:
             message["passphrase changed"] = True
         return json.dumps(message, ensure_ascii=True).encode("ascii") + b"\n"
@@ -169,7 +172,10 @@ def _page_request(page: Any) -> PageRequest | None:
     port, handoff = (page.get("port"), page.get("handoff")) if isinstance(page, dict) else (None, None)
     if type(port) is not int or not 0 <= port <= MAX_PORT or not isinstance(handoff, bool):
         raise HelloError("a page that is not a port and a hand-off flag")
-    return PageRequest(port, handoff)
+    idle = page.get("idle")
+    if idle is not None and (type(idle) not in (int, float) or not 0 < idle < float("inf")):
+        raise HelloError("a page whose idle time is not a number of seconds")
+    return PageRequest(port, handoff, None if idle is None else float(idle))
 
 
 def _same(one: str | None, other: str | None) -> bool:

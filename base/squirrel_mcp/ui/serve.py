@@ -36,7 +36,7 @@ from squirrel_mcp.serving.connections import Listener, connection_budget, guarde
 from squirrel_mcp.ui.app import create_app
 from squirrel_mcp.ui.guard import Guard
 from squirrel_mcp.ui.handoff import Handoff
-from squirrel_mcp.ui.session import page_name
+from squirrel_mcp.ui.session import Session, page_name
 
 LOOPBACK = "127.0.0.1"
 # Seconds Ctrl-C waits for open requests (a browser keeps connections open) before closing them.
@@ -86,7 +86,16 @@ class Page:
     any case when the page stops.
     """
 
-    def __init__(self, store: MemoryStore, host: PluginHost, *, where: str, port: int, handoff: bool) -> None:
+    def __init__(
+        self,
+        store: MemoryStore,
+        host: PluginHost,
+        *,
+        where: str,
+        port: int,
+        handoff: bool,
+        idle: float | None = None,
+    ) -> None:
         self.socket = listen(port)
         self.handoff: Handoff | None = None
         self._thread: threading.Thread | None = None
@@ -98,8 +107,15 @@ class Page:
             if handoff:
                 self.handoff = Handoff.write(self.url)
             redeemed = None if self.handoff is None else self.handoff.remove
+            # `idle`: the session's idle lifetime as `squirrel-mcp ui` was given it (None: this process's).
+            session = None if idle is None else Session(idle)
             app = Guard(
-                create_app(store, host, where=where), name=name, port=bound, token=token, redeemed=redeemed
+                create_app(store, host, where=where),
+                name=name,
+                port=bound,
+                token=token,
+                session=session,
+                redeemed=redeemed,
             )
             connections, self.socket.fd_ceiling, _ = connection_budget(MAX_CONNECTIONS, others=OTHERS_SHARE)
             config = uvicorn.Config(
