@@ -311,15 +311,8 @@ class MemoryProcess:
             await stream.send(page_answer(error=self.opening.failure()))
             return
         try:
-            making = functools.partial(
-                Page,
-                store,
-                self.host,
-                where=self.where,
-                port=request.port,
-                handoff=request.handoff,
-                idle=request.idle,
-            )
+            # The request's fields are the page's own: its port, hand-off and idle time.
+            making = functools.partial(Page, store, self.host, where=self.where, **request._asdict())
             page = await anyio.to_thread.run_sync(making)
         except ConfigError as error:
             await stream.send(page_answer(error=str(error)))
