@@ -135,9 +135,10 @@ async def test_a_hello_whose_text_does_not_encode_ends_only_its_connection(
         found = await call(first, "search_memory", query="bees")
         assert memory_process(shared_env) == serving
     assert [hit["text"] for hit in found["results"]] == ["Ada keeps bees on the roof"]
-    assert (
-        log_of(shared_env).count("a connection that is no bridge was closed (text that is not Unicode)") == 4
-    )
+    # Said at least once, and at most once a bad hello: the same line again within a minute is
+    # left out of the shared log (so once, unless the machine took a minute between them).
+    closed = log_of(shared_env).count("a connection that is no bridge was closed (text that is not Unicode)")
+    assert 1 <= closed <= len(crafted)
     assert "Traceback" not in log_of(shared_env)
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -22,12 +24,11 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import anyio
 import pytest
-from mcp import Client
 
 from squirrel_mcp.ui.session import Session, State
-from tests.conftest import PASSPHRASE, call, run_cli, secrets_of_this_test, server_params
+from tests.conftest import PASSPHRASE, SHARED_MODE, host_env, run_cli, secrets_of_this_test
+from tests.shared_support import memory_process, wait_until
 from tests.test_ui_browser import CHROMIUM, WAIT_MS, _why_no_browser
 from tests.ui_support import FORM, create_vault, form_body, library, running_ui, save
 
@@ -186,21 +187,43 @@ def test_an_idle_session_expires_and_says_how_to_get_back_in(
 
 
 @pytest.mark.process
-@pytest.mark.anyio
-async def test_the_idle_time_is_the_ui_commands_when_a_hosts_memory_process_serves_the_page(
+def test_the_idle_time_is_the_ui_commands_when_a_hosts_memory_process_serves_the_page(
     vault_env: dict[str, str], tmp_path: Path
 ) -> None:
     # The host's memory process has no SQUIRREL_UI_IDLE (30 minutes); the command says 2 s.
+    # The host is a plain process (this module's browser fixture holds an event loop).
+    # The cache directory named: the test process (another XDG_CACHE_HOME) finds the same channel.
+    vault_env = {**vault_env, "SQUIRREL_MEMORY_CACHE_DIR": vault_env["XDG_CACHE_HOME"]}
     create_vault(vault_env)
-    async with Client(server_params(vault_env)) as host:
-        await call(host, "save_memory", text=SECRET_TEXT, entity="home", category="fact")
+    with library(vault_env) as store:
+        save(store, SECRET_TEXT, entity="home")
+    env = host_env(vault_env)
+    with (tmp_path / "stderr-host.txt").open("wb") as stderr:
+        host = subprocess.Popen(
+            [sys.executable, "-m", "squirrel_mcp"],
+            env={"PATH": os.environ["PATH"], **env},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    try:
+        if SHARED_MODE:
+            wait_until(lambda: memory_process(env) is not None, "the host's memory process")
         with running_ui({**vault_env, "SQUIRREL_UI_IDLE": "2"}, tmp_path) as ui:
             cookie = ui.login()
-            await anyio.sleep(3)
+            time.sleep(3)
             status, _, body = ui.request("GET", "/", headers={"Cookie": cookie})
             assert status == 401 and SECRET_TEXT not in body
             assert body == "signed out after 2 seconds unused: stop squirrel-mcp ui, run it again\n"
-        await call(host, "get_context")
+    finally:
+        assert host.stdin is not None
+        host.stdin.close()
+        try:
+            host.wait(timeout=60)
+        finally:
+            if host.poll() is None:
+                host.kill()
+                host.wait()
 
 
 @pytest.mark.process
