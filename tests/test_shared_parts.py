@@ -158,7 +158,10 @@ def test_a_hello_round_trips_and_anything_else_is_refused(tmp_path: Path) -> Non
             Hello.read(line)
     changed = ours._replace(changed=True)
     assert Hello.read(changed.line()) == changed
-    for wrong in (changed._replace(passphrase=None), changed._replace(page=PageRequest(0, handoff=False))):
+    for wrong in (
+        changed._replace(passphrase=None),
+        changed._replace(page=PageRequest(0, handoff=False, idle=60.0)),
+    ):
         with pytest.raises(HelloError):
             Hello.read(wrong.line())
     assert read_answer(answer(None)) is None
@@ -168,7 +171,7 @@ def test_a_hello_round_trips_and_anything_else_is_refused(tmp_path: Path) -> Non
 
 
 def test_a_page_hello_round_trips_and_a_bad_page_is_refused(tmp_path: Path) -> None:
-    asking = hello(tmp_path)._replace(page=PageRequest(8765, handoff=True))
+    asking = hello(tmp_path)._replace(page=PageRequest(8765, handoff=True, idle=1800.0))
     assert Hello.read(asking.line()) == asking
     assert Hello.read(hello(tmp_path).line()).page is None
     lasting = hello(tmp_path)._replace(page=PageRequest(0, handoff=False, idle=90.0))

@@ -122,7 +122,9 @@ def cmd_ui(args: argparse.Namespace, pm: pluggy.PluginManager | None) -> int:
     # The same plugins as the server, so search ranks as the agent's does.
     host.start(config, store)
     try:
-        serve(store, host, where=location(config), port=args.port, open_browser=not args.no_browser)
+        serve(
+            store, host, where=location(config), idle=idle, port=args.port, open_browser=not args.no_browser
+        )
     finally:
         host.shutdown()
         store.close()

@@ -97,7 +97,7 @@ class PageRequest(NamedTuple):
     handoff: bool
     # How long the page's session lasts unused, in seconds, as the command's SQUIRREL_UI_IDLE
     # says (the page is the command's: the process's own environment is some host's).
-    idle: float | None = None
+    idle: float
 
 
 class Hello(NamedTuple):
@@ -173,9 +173,9 @@ def _page_request(page: Any) -> PageRequest | None:
     if type(port) is not int or not 0 <= port <= MAX_PORT or not isinstance(handoff, bool):
         raise HelloError("a page that is not a port and a hand-off flag")
     idle = page.get("idle")
-    if idle is not None and (type(idle) not in (int, float) or not 0 < idle < float("inf")):
+    if type(idle) not in (int, float) or not 0 < idle < float("inf"):
         raise HelloError("a page whose idle time is not a number of seconds")
-    return PageRequest(port, handoff, None if idle is None else float(idle))
+    return PageRequest(port, handoff, float(idle))
 
 
 def _same(one: str | None, other: str | None) -> bool:

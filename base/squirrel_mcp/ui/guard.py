@@ -26,7 +26,6 @@ traceback's locals could hold memory text.
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qsl, quote, urlencode
@@ -34,7 +33,7 @@ from urllib.parse import parse_qsl, quote, urlencode
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from squirrel_mcp.core.lines import log_line
-from squirrel_mcp.ui.session import Session, State, idle_seconds, same
+from squirrel_mcp.ui.session import Session, State, same
 
 # Scripts, styles and images only from this page's own /static/; forms only back to it; no frames.
 CONTENT_SECURITY_POLICY = (
@@ -74,20 +73,20 @@ class Guard:
         name: str,
         port: int,
         token: str,
-        session: Session | None = None,
+        session: Session,
         redeemed: Callable[[], None] | None = None,
         log: Callable[[str], None] = UI_LOG,
     ) -> None:
         """Let through to `app` only requests for `name`:`port` from the holder of `token`.
 
-        `session` is the page's session (by default one idle for SQUIRREL_UI_IDLE seconds
-        at most); `redeemed` is called once the token has been traded for it (the
+        `session` is the page's session (its idle lifetime as `squirrel-mcp ui` read it);
+        `redeemed` is called once the token has been traded for it (the
         browser's hand-off file is then deleted).
         """
         self._app = app
         self._token: str | None = token
         self._redeemed = redeemed
-        self.session = session if session is not None else Session(idle_seconds(os.environ))
+        self.session = session
         # Host-only, under a name no other listener answers to: the port needs no place in it.
         self.cookie_name = COOKIE_NAME
         self.host = f"{name}:{port}"

@@ -94,7 +94,7 @@ class Page:
         where: str,
         port: int,
         handoff: bool,
-        idle: float | None = None,
+        idle: float,
     ) -> None:
         self.socket = listen(port)
         self.handoff: Handoff | None = None
@@ -107,8 +107,8 @@ class Page:
             if handoff:
                 self.handoff = Handoff.write(self.url)
             redeemed = None if self.handoff is None else self.handoff.remove
-            # `idle`: the session's idle lifetime as `squirrel-mcp ui` was given it (None: this process's).
-            session = None if idle is None else Session(idle)
+            # `idle`: the session's idle lifetime as `squirrel-mcp ui` read it (this process may be a host's).
+            session = Session(idle)
             app = Guard(
                 create_app(store, host, where=where),
                 name=name,
@@ -181,6 +181,7 @@ def serve(
     host: PluginHost,
     *,
     where: str,
+    idle: float,
     port: int = 0,
     open_browser: bool = True,
     out: TextIO = sys.stdout,
@@ -190,7 +191,7 @@ def serve(
     The browser gets it through a Handoff file, deleted once the token is redeemed
     or when the page stops.
     """
-    page = Page(store, host, where=where, port=port, handoff=open_browser)
+    page = Page(store, host, where=where, port=port, handoff=open_browser, idle=idle)
     try:
         announce(page.url, out)
         if page.handoff is not None:
