@@ -55,6 +55,8 @@ LIMIT = 10
 METRICS = ("hit@1", "hit@5", "hit@10", "recall@5", "recall@10", "MRR")
 WARM_TIMEOUT = 1800.0
 TITLE = "# Retrieval on LoCoMo"
+# The audit's corrected evidence lives beside the conversations; it is not one of them.
+CORRECTIONS = "corrections.json"
 
 
 @dataclass(frozen=True)
@@ -90,9 +92,18 @@ def evidence_ids(evidence: Iterable[str]) -> frozenset[str]:
     return frozenset(part for entry in evidence for part in re.split(r"[;,\s]+", entry) if part)
 
 
+def conversation_files(data: Path = DATA) -> list[Path]:
+    """LoCoMo's conversation files in `data` (the corrections file left out), none when it is missing."""
+    if not data.is_dir():
+        return []
+    return sorted(path for path in data.glob("*.json") if path.name != CORRECTIONS)
+
+
 def load(path: Path) -> Conversation:
     """One conversation file: its turns in order and its questions of categories 1-4."""
     data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"{path.name} is not a LoCoMo conversation (a JSON object with sessions and qa)")
     sessions = sorted(
         (int(key.split("_")[1]), value)
         for key, value in data.items()
@@ -382,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--baseline", metavar="PYTHON", help="also run the servers of another installation, by its Python"
     )
     args = parser.parse_args(argv)
-    files = sorted(args.data.glob("*.json")) if args.data.is_dir() else []
+    files = conversation_files(args.data)
     if args.only:
         files = [path for path in files if path.stem in args.only.split(",")]
     if not files:

@@ -33,7 +33,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from bench_locomo import DATA, Conversation, load, mean_scores, question_scores
+from bench_locomo import DATA, Conversation, conversation_files, load, mean_scores, question_scores
 
 ROOT = Path(__file__).resolve().parent.parent
 # The recall corpus's loader lives with the tests; run from anywhere, it is found from the root.
@@ -158,11 +158,6 @@ def corpus_figures(vault: Vault, words_only: bool) -> dict[str, float]:
 
 # (floor, span) pairs, in the order the report lists them.
 Grid = list[tuple[float, float]]
-
-
-def conversation_files(data: Path = DATA) -> list[Path]:
-    """LoCoMo's conversation files in `data`, none when it is missing."""
-    return sorted(data.glob("*.json")) if data.is_dir() else []
 
 
 def at_the_models_floor(conversation: Conversation) -> dict[str, list[dict[str, float]]]:

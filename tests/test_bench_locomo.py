@@ -57,6 +57,17 @@ CONVERSATION = {
 }
 
 
+def test_the_corrections_file_beside_the_conversations_is_not_read_as_one(tmp_path: Path) -> None:
+    (tmp_path / "7.json").write_text(json.dumps(CONVERSATION), encoding="utf-8")
+    corrections = [{"conversation": "7", "question": "When?", "correct_evidence": ["D2:1"]}]
+    (tmp_path / bench_locomo.CORRECTIONS).write_text(json.dumps(corrections), encoding="utf-8")
+    (tmp_path / "README.md").write_text("about the data", encoding="utf-8")
+    assert [path.name for path in bench_locomo.conversation_files(tmp_path)] == ["7.json"]
+    assert bench_locomo.conversation_files(tmp_path / "missing") == []
+    with pytest.raises(ValueError, match="not a LoCoMo conversation"):
+        bench_locomo.load(tmp_path / bench_locomo.CORRECTIONS)
+
+
 def test_a_conversation_is_read_in_order_with_photos_and_categories_1_to_4(tmp_path: Path) -> None:
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps(CONVERSATION), encoding="utf-8")

@@ -141,7 +141,7 @@ def report(
 
 def locomo_section() -> str:
     """LoCoMo beside the corpus (reported, not gated), or a line saying it was skipped."""
-    files = calibrate_floor.conversation_files()
+    files = bench_locomo.conversation_files()
     if not files:
         line = f"LoCoMo skipped: no conversations in {bench_locomo.DATA} (set SQUIRREL_LOCOMO_DATA)."
         print(f"recall gate: {line}", file=sys.stderr)
