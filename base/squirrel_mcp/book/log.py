@@ -245,7 +245,7 @@ class Log:
                 revision.revision,
                 crypto.seal(
                     self._key,
-                    revision.model_dump_json().encode(),
+                    sealed_json(revision),
                     crypto.record_ad(self.account_id, revision.id, revision.revision),
                 ),
             )
@@ -281,3 +281,12 @@ class Log:
     def accept(self) -> int:
         """Take the log as it is now for this machine's checkpoint; how many records it holds."""
         return 0 if self.watch is None else self.watch.accept()
+
+
+def sealed_json(revision: Revision) -> bytes:
+    """The plaintext a record seals: the revision as JSON, without `project` when it has none.
+
+    So a memory with no project is sealed exactly as before projects were, and a machine
+    running an older version still reads it.
+    """
+    return revision.model_dump_json(exclude={"project"} if revision.project is None else None).encode()

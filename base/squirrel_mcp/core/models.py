@@ -40,6 +40,10 @@ MAX_TAG = 64
 MAX_TAGS = 20
 MAX_KEYWORDS = 30
 MAX_REASON = 500
+# A project's name: a repository's identity ("github.com/acme/api") or a folder's full path, so
+# room for a long path; "*" is no project's name, since the tools' `project: "*"` means every one.
+MAX_PROJECT = 1000
+EVERY_PROJECT = "*"
 
 # Control characters other than tab and newlines have no place in a memory, and
 # a lone surrogate (legal in JSON, not in UTF-8) cannot be stored. Unicode's control
@@ -94,6 +98,21 @@ Tag = Annotated[
     AfterValidator(_single_line),
 ]
 Tags = Annotated[list[Tag], Field(max_length=MAX_TAGS), AfterValidator(_unique)]
+
+
+def _not_every_project(value: str) -> str:
+    if value == EVERY_PROJECT:
+        raise ValueError(f'"{EVERY_PROJECT}" means every project and cannot be one\'s name')
+    return value
+
+
+ProjectName = Annotated[
+    str,
+    StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_PROJECT),
+    AfterValidator(_printable),
+    AfterValidator(_single_line),
+    AfterValidator(_not_every_project),
+]
 Keywords = Annotated[list[Tag], Field(max_length=MAX_KEYWORDS), AfterValidator(_unique)]
 Reason = Annotated[
     str,
@@ -142,6 +161,11 @@ class Memory(BaseModel):
     tags: Tags = Field(default_factory=list, description="Short labels.")
     keywords: Keywords = Field(default_factory=list, description="Words the memory should be found by.")
     category: Category = Field(description="Kind of memory; sets how fast it fades in search.")
+    project: ProjectName | None = Field(
+        default=None,
+        description="The project it belongs to (a repository's identity such as 'github.com/acme/api', "
+        "a folder, or a name); null: it holds everywhere.",
+    )
     createdAt: Timestamp = Field(description="When the memory was first saved (UTC).")
     updatedAt: Timestamp = Field(description="When this revision was written (UTC).")
     revision: int = Field(
@@ -169,8 +193,14 @@ class Revision(Memory):
 EVERY_FIELD: set[str] = set(Revision.model_fields)
 
 
+# A memory with no project is sealed without the field (as before projects were), so the same
+# set less "project" is every field too.
+_EVERY_FIELD_BUT_PROJECT = EVERY_FIELD - {"project"}
+
+
 def sharing_fields_set(revision: Revision) -> Revision:
-    """`revision`, holding the shared EVERY_FIELD when every field was given to it."""
-    if revision.__pydantic_fields_set__ == EVERY_FIELD:
+    """`revision`, holding the shared EVERY_FIELD when every field was given to it (a project aside)."""
+    given = revision.__pydantic_fields_set__
+    if given == EVERY_FIELD or given == _EVERY_FIELD_BUT_PROJECT:
         object.__setattr__(revision, "__pydantic_fields_set__", EVERY_FIELD)
     return revision
