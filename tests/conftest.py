@@ -298,6 +298,9 @@ def vault_env(tmp_path: Path) -> dict[str, str]:
         "XDG_CACHE_HOME": str(tmp_path / "xdg-cache"),
         # Installed plugins never leak into tests: a test that wants one names it.
         "SQUIRREL_MCP_PLUGINS": "",
+        # Hosts are in no project, wherever the suite runs (a checkout's folder is a project):
+        # the tests of projects drop this to let the working directory say.
+        "SQUIRREL_PROJECT": "",
     }
 
 

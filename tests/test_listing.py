@@ -27,6 +27,7 @@ CATEGORIES = sorted(HALF_LIFE_DAYS)
 STAMPS = [f"2026-0{month}-1{day}T08:00:00.000Z" for month in range(1, 4) for day in range(3)]
 ENTITIES = ["user", "User", "Anna (sister)", "anna (SISTER)", "project Falcon"]
 TAGS = ["home", "Home", "work", "travel", "TRAVEL", "health"]
+PROJECTS = [None, "github.com/acme/api", "github.com/acme/web", "/home/u/notes"]
 
 
 def reference(current: list[Revision], filters: Filters) -> list[Revision]:
@@ -44,6 +45,7 @@ def random_revision(rng: random.Random, memory_id: str, number: int) -> Revision
         tags=rng.sample(TAGS, k=rng.randint(0, 3)),
         keywords=[],
         category=rng.choice(CATEGORIES),
+        project=rng.choice(PROJECTS),
         createdAt=stamp,
         updatedAt=stamp,
         revision=number,
@@ -56,8 +58,12 @@ def random_filters(rng: random.Random) -> Filters:
     categories = None
     if rng.random() < 0.5:
         categories = frozenset(rng.sample(CATEGORIES, k=rng.choice([1, 1, 2, 5])))
+    projects = None
+    if rng.random() < 0.5:
+        projects = frozenset(rng.sample([*PROJECTS, "github.com/none/such"], k=rng.choice([1, 2, 2, 3])))
     return Filters(
         categories=categories,
+        projects=projects,
         entity=rng.choice([None, None, *ENTITIES, "nobody"]),
         tags=tuple(rng.sample([*TAGS, "absent"], k=rng.choice([0, 0, 1, 2]))),
         include_deleted=rng.random() < 0.3,
@@ -94,6 +100,7 @@ def test_catalog_pages_match_a_full_sort_through_random_changes() -> None:
         assert catalog.newest_first() == reference(revisions, Filters())
         assert (len(catalog), catalog.live_count) == (len(revisions), len(live))
         assert dict(catalog.live_counts()) == dict(Counter(r.category for r in live))
+        assert dict(catalog.live_project_counts()) == dict(Counter(r.project for r in live))
         for _ in range(60):
             filters = random_filters(rng)
             expected = reference(revisions, filters)
@@ -134,8 +141,11 @@ def current_of(export: dict[str, Any]) -> list[Revision]:
 def tool_filters(arguments: dict[str, Any]) -> Filters:
     """The list_memories arguments as the catalog's filters."""
     category = arguments.get("category")
+    project = arguments.get("project")
     return Filters(
         categories=None if category is None else frozenset({category}),
+        # The suite's hosts are in no project: absent reads the memories with none.
+        projects=None if project == "*" else frozenset({project or None, None}),
         entity=arguments.get("entity"),
         tags=tuple(arguments.get("tags", ())),
         include_deleted=arguments.get("includeDeleted", False),
@@ -148,6 +158,10 @@ async def check_listings(client: Client, current: list[Revision], rng: random.Ra
     cases += [{"category": category} for category in CATEGORIES]
     cases += [{"entity": "ANNA (sister)"}, {"tags": ["home"]}, {"tags": ["HOME", "travel"]}]
     cases += [{"category": "note", "entity": "user", "includeDeleted": True}, {"entity": "nobody"}]
+    # Each in every project too, and some in one project (with the memories of none).
+    cases += [{**arguments, "project": "*"} for arguments in cases]
+    cases += [{"project": project, "category": "note"} for project in PROJECTS[1:]]
+    cases += [{"project": PROJECTS[1], "includeDeleted": True}, {"project": ""}]
     for arguments in cases:
         expected = reference(current, tool_filters(arguments))
         for offset, limit in [(0, 20), (0, 100), (rng.randrange(len(current)), 7), (len(expected), 5)]:
@@ -157,9 +171,13 @@ async def check_listings(client: Client, current: list[Revision], rng: random.Ra
             assert [m["deleted"] for m in answer["memories"]] == [
                 m.deleted for m in expected[offset : offset + limit]
             ]
-    live = [r for r in current if not r.deleted]
-    for recent in (0, 10, 50):
-        context = await call(client, "get_context", recent=recent)
+    every = [r for r in current if not r.deleted]
+    for recent, project in [(0, None), (10, None), (50, None), (10, "*"), (50, PROJECTS[2])]:
+        context = await call(
+            client, "get_context", recent=recent, **({} if project is None else {"project": project})
+        )
+        projects = tool_filters({} if project is None else {"project": project}).projects
+        live = [r for r in every if projects is None or r.project in projects]
         others = frozenset(CATEGORIES) - {"profile", "preference"}
         for key, categories, count in [
             ("profile", frozenset({"profile"}), 50),
@@ -171,6 +189,10 @@ async def check_listings(client: Client, current: list[Revision], rng: random.Ra
         assert context["total"] == len(live)
         counted = Counter(r.category for r in live)
         assert context["counts"] == {category: counted[category] for category in HALF_LIFE_DAYS}
+        assert context["project"] is None
+        assert {entry["project"]: entry["count"] for entry in context["projects"]} == dict(
+            Counter(r.project for r in every)
+        )
 
 
 @pytest.mark.anyio

@@ -23,7 +23,18 @@ TOOLS = {
     "restore_memory",
     "list_memories",
 }
-MEMORY_KEYS = {"id", "entity", "text", "tags", "keywords", "category", "createdAt", "updatedAt", "revision"}
+MEMORY_KEYS = {
+    "id",
+    "entity",
+    "text",
+    "tags",
+    "keywords",
+    "category",
+    "project",
+    "createdAt",
+    "updatedAt",
+    "revision",
+}
 
 
 def record_count(env: dict[str, str]) -> int:

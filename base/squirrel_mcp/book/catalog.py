@@ -10,16 +10,17 @@ decrypted, so a call costs about its page:
   the live ones (not deleted), updated by bisection when a few memories change
   and merged in one sort when many do; an empty catalog (a vault's first pull) is
   filled in one pass;
-- the indexes: for each category, each entity and each tag (ignoring case), the
-  ids of the memories that have it (those by entity and tag are built at the first
-  listing that filters by them); and live counts per category;
+- the indexes: for each category, each project (none included), each entity and
+  each tag (ignoring case), the ids of the memories that have it (those by entity
+  and tag are built at the first listing that filters by them); and live counts
+  per category and per project;
 - by exact text, the ids of the memories saying it (built at the first save through
   the tools, which looks for a live memory identical to the one it is given).
 
 A filtered page either walks the order from the newest, skipping memories that
 fail the filters, or picks the newest of the smallest index's matches, whichever
 is expected to look at fewer memories. Totals come from the counts when only
-categories are asked for, else from counting the smallest index's matches.
+categories and projects are asked for, else from counting the smallest index's matches.
 Results are exactly those of sorting every memory by (updatedAt, id), newest
 first, and filtering: the order is total, since ids are unique.
 
@@ -51,12 +52,14 @@ def _key(revision: Revision) -> _Key:
 class Filters:
     """What a listing keeps.
 
-    Memories of any of `categories` (None: any), about `entity` (ignoring case;
-    None: any), holding every one of `tags` (ignoring case), and deleted ones only
-    with `include_deleted`.
+    Memories of any of `categories` (None: any), in any of `projects` (None in it:
+    the memories with no project; `projects` None: any), about `entity` (ignoring
+    case; None: any), holding every one of `tags` (ignoring case), and deleted ones
+    only with `include_deleted`.
     """
 
     categories: frozenset[str] | None = None
+    projects: frozenset[str | None] | None = None
     entity: str | None = None
     tags: tuple[str, ...] = ()
     include_deleted: bool = False
@@ -66,6 +69,8 @@ class Filters:
         if revision.deleted and not self.include_deleted:
             return False
         if self.categories is not None and revision.category not in self.categories:
+            return False
+        if self.projects is not None and revision.project not in self.projects:
             return False
         if self.entity is not None and revision.entity.casefold() != self.entity.casefold():
             return False
@@ -92,12 +97,18 @@ class Catalog:
         self._all: list[_Key] = []
         self._live: list[_Key] = []
         self._by_category: dict[str, set[str]] = {}
+        self._by_project: dict[str | None, set[str]] = {}
         # Built at the first listing by entity or tag (most never ask): a vault's start does not pay for them.
         self._by_entity: dict[str, set[str]] | None = None
         self._by_tag: dict[str, set[str]] | None = None
         # Built at the first `live_with_text` (the tools' save): a vault's start does not pay for it.
         self._by_text: dict[str, set[str]] | None = None
         self._live_by_category = Counter[str]()
+        self._live_by_project = Counter[str | None]()
+        # How many memories (and live ones) each (category, project) holds: a listing filtered by
+        # these alone gets its total from them without looking at a memory.
+        self._pairs = Counter[tuple[str, str | None]]()
+        self._live_pairs = Counter[tuple[str, str | None]]()
 
     def __len__(self) -> int:
         """How many memories it holds, deleted ones included."""
@@ -111,6 +122,20 @@ class Catalog:
     def live_counts(self) -> Mapping[str, int]:
         """How many live memories each category holds (categories without any may be absent)."""
         return self._live_by_category
+
+    def live_counts_in(self, projects: frozenset[str | None] | None) -> Mapping[str, int]:
+        """How many live memories each category holds among `projects` (None: in every project)."""
+        if projects is None:
+            return self._live_by_category
+        counts = Counter[str]()
+        for (category, project), count in self._live_pairs.items():
+            if project in projects:
+                counts[category] += count
+        return counts
+
+    def live_project_counts(self) -> Mapping[str | None, int]:
+        """How many live memories each project holds (None: those with none; empty ones may be absent)."""
+        return self._live_by_project
 
     def update(self, changed: Mapping[str, Revision | None]) -> None:
         """Make each memory's current revision the one given (None: it has no readable one)."""
@@ -142,14 +167,24 @@ class Catalog:
         self._all = sorted([(revision.updatedAt, i) for i, revision in current.items()])
         self._live = [key for key in self._all if not current[key[1]].deleted]
         by_category: dict[str, set[str]] = {}
+        by_project: dict[str | None, set[str]] = {}
         for i, revision in current.items():
             ids = by_category.get(revision.category)
             if ids is None:
                 by_category[revision.category] = {i}
             else:
                 ids.add(i)
-        self._by_category = by_category
-        self._live_by_category = Counter(current[key[1]].category for key in self._live)
+            in_project = by_project.get(revision.project)
+            if in_project is None:
+                by_project[revision.project] = {i}
+            else:
+                in_project.add(i)
+        self._by_category, self._by_project = by_category, by_project
+        live = [current[key[1]] for key in self._live]
+        self._live_by_category = Counter(revision.category for revision in live)
+        self._live_by_project = Counter(revision.project for revision in live)
+        self._pairs = Counter((revision.category, revision.project) for revision in current.values())
+        self._live_pairs = Counter((revision.category, revision.project) for revision in live)
         # Built again from `_current` at the first listing by entity or tag, or save.
         self._by_entity = self._by_tag = self._by_text = None
 
@@ -161,8 +196,17 @@ class Catalog:
                 index[value] = {memory_id}
             else:
                 ids.add(memory_id)
+        in_project = self._by_project.get(revision.project)
+        if in_project is None:
+            self._by_project[revision.project] = {memory_id}
+        else:
+            in_project.add(memory_id)
+        pair = (revision.category, revision.project)
+        self._pairs[pair] += 1
         if not revision.deleted:
+            self._live_pairs[pair] += 1
             self._live_by_category[revision.category] += 1
+            self._live_by_project[revision.project] += 1
         if ordered:
             key = _key(revision)
             bisect.insort(self._all, key)
@@ -176,10 +220,21 @@ class Catalog:
                 ids.discard(revision.id)
                 if not ids:
                     del index[value]
+        in_project = self._by_project.get(revision.project)
+        if in_project is not None:
+            in_project.discard(revision.id)
+            if not in_project:
+                del self._by_project[revision.project]
+        pair = (revision.category, revision.project)
+        _count_down(self._pairs, pair)
         if not revision.deleted:
+            _count_down(self._live_pairs, pair)
             self._live_by_category[revision.category] -= 1
             if not self._live_by_category[revision.category]:
                 del self._live_by_category[revision.category]
+            self._live_by_project[revision.project] -= 1
+            if not self._live_by_project[revision.project]:
+                del self._live_by_project[revision.project]
         if ordered:
             key = _key(revision)
             _remove(self._all, key)
@@ -227,16 +282,20 @@ class Catalog:
     def page(self, filters: Filters, offset: int, limit: int) -> Page:
         """The memories passing `filters`, newest change first, from `offset`, at most `limit`."""
         order = self._all if filters.include_deleted else self._live
-        if filters.categories is None and filters.entity is None and not filters.tags:
+        if (
+            filters.categories is None
+            and filters.projects is None
+            and filters.entity is None
+            and not filters.tags
+        ):
             end = min(len(order), offset + limit)
             memories = [self._current[order[-1 - position][1]] for position in range(offset, end)]
             return Page(memories, len(order))
         source = self._smallest_source(filters)
         matches: list[str] | None = None
-        if filters.entity is None and not filters.tags and filters.categories is not None:
-            # Only categories: the counts give the total without looking at a memory.
-            counts = self._category_counts(filters.include_deleted)
-            total = sum(counts.get(category, 0) for category in filters.categories)
+        if filters.entity is None and not filters.tags:
+            # Only categories and projects: the counts give the total without looking at a memory.
+            total = self._counted_total(filters)
         else:
             matches = [i for ids in source for i in ids if filters.accepts(self._current[i])]
             total = len(matches)
@@ -252,10 +311,15 @@ class Catalog:
         newest = heapq.nlargest(wanted, matches, key=lambda i: _key(self._current[i]))
         return Page([self._current[i] for i in newest[offset:]], total)
 
-    def _category_counts(self, include_deleted: bool) -> Mapping[str, int]:
-        if include_deleted:
-            return {category: len(ids) for category, ids in self._by_category.items()}
-        return self._live_by_category
+    def _counted_total(self, filters: Filters) -> int:
+        """How many memories pass filters of categories and projects alone, from the counts."""
+        pairs = self._pairs if filters.include_deleted else self._live_pairs
+        return sum(
+            count
+            for (category, project), count in pairs.items()
+            if (filters.categories is None or category in filters.categories)
+            and (filters.projects is None or project in filters.projects)
+        )
 
     def _smallest_source(self, filters: Filters) -> Sequence[Collection[str]]:
         """Id sets whose union holds every memory passing `filters`: the smallest such union known."""
@@ -263,6 +327,8 @@ class Catalog:
         sources: list[list[set[str]]] = []
         if filters.categories is not None:
             sources.append([self._by_category.get(category, empty) for category in filters.categories])
+        if filters.projects is not None:
+            sources.append([self._by_project.get(project, empty) for project in filters.projects])
         if filters.entity is not None or filters.tags:
             by_entity, by_tag = self._lookups()
             if filters.entity is not None:
@@ -284,6 +350,12 @@ class Catalog:
             if len(found) == limit:
                 break
         return found
+
+
+def _count_down(counter: Counter[tuple[str, str | None]], key: tuple[str, str | None]) -> None:
+    counter[key] -= 1
+    if not counter[key]:
+        del counter[key]
 
 
 def _remove(order: list[_Key], key: _Key) -> None:

@@ -24,13 +24,13 @@ def new_memory_id() -> str:
     return secrets.token_hex(8)
 
 
-# What makes two memories the same for `save_once`: entity, text, category, tags, keywords.
-Fields = tuple[str, str, Category, list[str], list[str]]
+# What makes two memories the same for `save_once`: entity, text, category, tags, keywords, project.
+Fields = tuple[str, str, Category, list[str], list[str], str | None]
 
 
 def created(memory_id: str, fields: Fields) -> Revision:
     """Revision 1 of a new memory of these fields, stamped now."""
-    entity, text, category, tags, keywords = fields
+    entity, text, category, tags, keywords, project = fields
     stamp = now_iso()
     return Revision(
         id=memory_id,
@@ -39,6 +39,7 @@ def created(memory_id: str, fields: Fields) -> Revision:
         tags=tags,
         keywords=keywords,
         category=category,
+        project=project,
         createdAt=stamp,
         updatedAt=stamp,
         revision=1,
@@ -61,6 +62,8 @@ def content_id(key: bytes, fields: Fields, attempt: int) -> str:
 
     Two processes saving the same memory at the same moment pick the same id, so the
     log's one-revision-1-per-id rule lets only one of them in. `attempt` counts up past
-    ids already taken (a memory that said this once, then was corrected or deleted).
+    ids already taken (a memory that said this once, then was corrected or deleted). A memory
+    with no project has the id it had before projects were, so machines agree across versions.
     """
-    return keyed_id(key, [attempt, *fields])
+    *content, project = fields
+    return keyed_id(key, [attempt, *content] if project is None else [attempt, *content, project])

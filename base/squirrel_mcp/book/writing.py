@@ -54,9 +54,10 @@ class Writing:
         category: Category,
         tags: list[str],
         keywords: list[str],
+        project: str | None = None,
     ) -> Revision:
         """Store a new memory as revision 1 (`save_once` if one just like it may be stored already)."""
-        revision = created(new_memory_id(), (entity, text, category, tags, keywords))
+        revision = created(new_memory_id(), (entity, text, category, tags, keywords, project))
         with self._lock:
             self._append([revision])
         return revision
@@ -69,6 +70,7 @@ class Writing:
         category: Category,
         tags: list[str],
         keywords: list[str],
+        project: str | None = None,
     ) -> tuple[Revision, bool]:
         """The live memory with exactly these fields, else a new one: (that memory, whether it was written).
 
@@ -76,9 +78,9 @@ class Writing:
         agent saving what it saved before stores the fact once. Judged after a pull; two
         processes saving the same memory at the same moment make one memory, since both
         try the same id (`content_id`) and storage takes only one revision 1 of it: the
-        other looks again and finds it.
+        other looks again and finds it. The same memory in another project is another memory.
         """
-        fields: Fields = (entity, text, category, tags, keywords)
+        fields: Fields = (entity, text, category, tags, keywords, project)
         key = self._log.derive_key(CONTENT_ID_PURPOSE)
         with self._lock:
             for _ in range(SAVE_ATTEMPTS):
@@ -100,9 +102,10 @@ class Writing:
         )
 
     def _identical(self, fields: Fields) -> Revision | None:
-        """The oldest live memory with exactly these (entity, text, category, tags, keywords), or None."""
+        """The oldest live memory with exactly these fields (project included), or None."""
         for memory in self._view.catalog.live_with_text(fields[1]):
-            if (memory.entity, memory.text, memory.category, memory.tags, memory.keywords) == fields:
+            held = (memory.entity, memory.text, memory.category, memory.tags, memory.keywords, memory.project)
+            if held == fields:
                 return memory
         return None
 

@@ -20,6 +20,7 @@ import socket
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from squirrel_mcp.cli.starting import ProcessLog, absolute_paths, start_process
@@ -37,6 +38,7 @@ from squirrel_mcp.core.hello import (
     settings,
 )
 from squirrel_mcp.core.lines import log_line
+from squirrel_mcp.core.projects import ProjectError, session_project
 
 if TYPE_CHECKING:
     # Imported where a bridge starts the memory process only: a bridge stays small.
@@ -413,6 +415,14 @@ def bridge_of(
 
         config = from_keychain(config)
     try:
+        # A host's session is in the project of the folder it was started in; the page is in none.
+        project = None if page is not None else session_project(env, Path.cwd())
+    except ProjectError as error:
+        return str(error)
+    except OSError as error:
+        log_line(f"the current directory cannot be read ({type(error).__name__}): {alone}")
+        return None
+    try:
         config.check()
         served = identity(config)
         channel = Channel.of(served, env)
@@ -426,7 +436,8 @@ def bridge_of(
     except OSError as error:
         log_line(f"the current directory cannot be read ({type(error).__name__}): {alone}")
         return None
-    return Bridge(channel, Hello(served, settings(config, env), config.passphrase, page), env)
+    hello = Hello(served, settings(config, env), config.passphrase, page, project=project)
+    return Bridge(channel, hello, env)
 
 
 def bridged(config: Config, env: dict[str, str]) -> str | None:

@@ -351,7 +351,7 @@ class MemoryProcess:
                     from squirrel_mcp.server.stdio import line_transport
 
                     async with line_transport(lines, Replies(stream), on_overdue=_overdue) as (reads, writes):
-                        await self.server.serve_session(reads, writes)
+                        await self.server.serve_session(reads, writes, hello.project)
                 if self.bridges == 1 and self.idle == 0:
                     # The last bridge, and no idle time: the next host, which may come at once
                     # with other settings, starts a fresh process; and this one's host sees

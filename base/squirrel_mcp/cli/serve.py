@@ -13,6 +13,7 @@ import os
 import socket
 import sys
 import threading
+from pathlib import Path
 
 import pluggy
 
@@ -22,6 +23,7 @@ from squirrel_mcp.cli.bridge import NOT_TRIED
 from squirrel_mcp.core.config import Config, location
 from squirrel_mcp.core.hello import MAX_PORT, HelloError, PageRequest, read_page_answer
 from squirrel_mcp.core.lines import log_line
+from squirrel_mcp.core.projects import ProjectError, session_project
 from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager, load_plugins
 
 # How long the unlock waits for the server to be built before it starts anyway.
@@ -68,6 +70,15 @@ def cmd_serve(config: Config, pm: pluggy.PluginManager, bridged: str | None = NO
         bridged = None if at_terminal else bridge.bridged(config, dict(os.environ))
     if bridged == bridge.RELAYED:
         return 0
+    project: str | None = None
+    if bridged is None:
+        try:
+            project = session_project(os.environ, Path.cwd())
+        except (ProjectError, OSError) as error:
+            # Said as a bad setting is: one line in the log, and every tool call answered it.
+            bridged = (
+                str(error) if isinstance(error, ProjectError) else "the current directory cannot be read"
+            )
     if bridged is not None:
         # Refused by the running memory process, or a setting of the sharing is wrong: every
         # tool call is answered the line, as when the unlock fails.
@@ -88,7 +99,7 @@ def cmd_serve(config: Config, pm: pluggy.PluginManager, bridged: str | None = NO
             daemon=True,
         ).start()
     try:
-        create_server(opening, host).run("stdio")
+        create_server(opening, host, project=project).run("stdio")
     finally:
         host.shutdown()
         opening.close()

@@ -1,7 +1,9 @@
 """What a bridge says first to a vault's memory process, and how the process answers it.
 
 A bridge opens its connection with one JSON line: the squirrel-mcp version, the
-vault's identity, its settings and its passphrase. The memory process answers
+vault's identity, its settings, its passphrase and its session's project (worked out
+in the bridge's own folder, so hosts in two repositories share one process and stay
+apart). The memory process answers
 one line, `{"ok": true}` or `{"refused": LINE}`, and from then on the
 connection carries the host's MCP session, one JSON-RPC message per line.
 `squirrel-mcp ui` says the same hello with a `page` (the port, and whether a
@@ -112,13 +114,15 @@ class Hello(NamedTuple):
     passphrase: str | None
     page: PageRequest | None = None
     changed: bool = False
+    # The project of the host session this bridge serves (None: none); never compared.
+    project: str | None = None
 
     def __repr__(self) -> str:
-        """The hello without its passphrase."""
+        """The hello without its passphrase or project."""
         hidden = "<hidden>" if self.passphrase else None
         return (
             f"Hello(identity={self.identity!r}, settings={self.settings!r}, passphrase={hidden}, "
-            f"page={self.page!r}, changed={self.changed!r})"
+            f"page={self.page!r}, changed={self.changed!r}, project=<hidden>)"
         )
 
     def line(self) -> bytes:
@@ -129,6 +133,8 @@ class Hello(NamedTuple):
             message["page"] = {"port": self.page.port, "handoff": self.page.handoff, "idle": self.page.idle}
         if self.changed:
             message["passphrase changed"] = True
+        if self.project is not None:
+            message["project"] = self.project
         return json.dumps(message, ensure_ascii=True).encode("ascii") + b"\n"
 
     @classmethod
@@ -153,7 +159,7 @@ class Hello(NamedTuple):
         changed, page = message.get("passphrase changed", False), _page_request(message.get("page"))
         if not isinstance(changed, bool) or (changed and (page is not None or passphrase is None)):
             raise HelloError("a passphrase change that is not one")
-        return cls(where, given, passphrase, page, changed)
+        return cls(where, given, passphrase, page, changed, _project(message.get("project")))
 
 
 def _encodes(text: str) -> bool:
@@ -163,6 +169,23 @@ def _encodes(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def _project(project: Any) -> str | None:
+    """A hello's project; HelloError when it is not a project's name."""
+    if project is None:
+        return None
+    from squirrel_mcp.core.projects import ProjectError, project_name
+
+    if not isinstance(project, str):
+        raise HelloError("a project that is not text")
+    try:
+        named = project_name(project)
+    except ProjectError:
+        raise HelloError("a project that is not a project's name") from None
+    if named != project:
+        raise HelloError("a project that is not a project's name")
+    return named
 
 
 def _page_request(page: Any) -> PageRequest | None:

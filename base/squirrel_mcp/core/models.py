@@ -201,6 +201,6 @@ _EVERY_FIELD_BUT_PROJECT = EVERY_FIELD - {"project"}
 def sharing_fields_set(revision: Revision) -> Revision:
     """`revision`, holding the shared EVERY_FIELD when every field was given to it (a project aside)."""
     given = revision.__pydantic_fields_set__
-    if given == EVERY_FIELD or given == _EVERY_FIELD_BUT_PROJECT:
+    if given in (EVERY_FIELD, _EVERY_FIELD_BUT_PROJECT):
         object.__setattr__(revision, "__pydantic_fields_set__", EVERY_FIELD)
     return revision

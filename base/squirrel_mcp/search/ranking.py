@@ -48,15 +48,19 @@ class RankOptions:
     """Only memories carrying every one of these tags (compared ignoring case)."""
     now: datetime
     """The search's clock, for recency decay."""
+    projects: frozenset[str | None] | None = None
+    """Only memories of these projects (None in it: those with no project), or None for every project."""
 
     @property
     def filtered(self) -> bool:
-        """Whether a category or tag filter is set (when not, every memory passes)."""
-        return self.category is not None or bool(self.tags)
+        """Whether a category, tag or project filter is set (when not, every memory passes)."""
+        return self.category is not None or bool(self.tags) or self.projects is not None
 
     def accepts(self, memory: Revision) -> bool:
-        """Whether a memory passes the category and tag filters above."""
+        """Whether a memory passes the category, tag and project filters above."""
         if self.category is not None and memory.category != self.category:
+            return False
+        if self.projects is not None and memory.project not in self.projects:
             return False
         held = {tag.casefold() for tag in memory.tags}
         return all(tag.casefold() in held for tag in self.tags)

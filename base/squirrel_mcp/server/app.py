@@ -36,7 +36,7 @@ from squirrel_mcp.server.opening import Opening
 from squirrel_mcp.server.registry import TOOLS
 from squirrel_mcp.server.searching import ProgressReport
 from squirrel_mcp.server.stdio import stdio_transport
-from squirrel_mcp.server.tools import ToolContext, request_progress
+from squirrel_mcp.server.tools import ToolContext, request_progress, session_project
 from squirrel_mcp.storage import StorageError
 
 if TYPE_CHECKING:
@@ -118,8 +118,8 @@ class SquirrelServer(MCPServer):
     Its tools wait for the store to open; everything else is answered at once.
     """
 
-    def __init__(self, opening: Opening, tools: list[Tool]) -> None:
-        """A server of `tools`, working on the store `opening` opens."""
+    def __init__(self, opening: Opening, tools: list[Tool], project: str | None = None) -> None:
+        """A server of `tools`, working on the store `opening` opens; its own session is in `project`."""
         super().__init__(
             name="squirrel-mcp",
             version=__version__,
@@ -128,6 +128,7 @@ class SquirrelServer(MCPServer):
             tools=tools,
         )
         self.opening = opening
+        self.project = project
         # Each tool's arguments, as its input schema lists them: an unknown one is named against these.
         self._arguments = {tool.name: list(tool.parameters.get("properties", {})) for tool in tools}
 
@@ -141,18 +142,22 @@ class SquirrelServer(MCPServer):
         # building, may begin (answering the handshake from here on is light).
         self.opening.serving()
         async with stdio_transport() as (read_stream, write_stream):
-            await self.serve_session(read_stream, write_stream)
+            await self.serve_session(read_stream, write_stream, self.project)
 
     async def serve_session(
         self,
         read_stream: MemoryObjectReceiveStream[SessionMessage | Exception],
         write_stream: MemoryObjectSendStream[SessionMessage],
+        project: str | None,
     ) -> None:
-        """Serve one MCP session over the given streams until its input ends.
+        """Serve one MCP session, in `project` (None: none), over the given streams until its input ends.
 
         The shared memory process serves each bridge's session so, side by side, all
-        on this one server: each has its own requests, progress and cancellation.
+        on this one server: each has its own requests, progress, cancellation and
+        project. The project is this task's context, which the tasks serving its
+        requests and the threads running its tools inherit.
         """
+        session_project.set(project)
         await self._lowlevel_server.run(
             read_stream, write_stream, self._lowlevel_server.create_initialization_options()
         )
@@ -237,11 +242,14 @@ def _bind(tool: Callable[Concatenate[ToolContext, P], R], context: ToolContext) 
     return bound
 
 
-def create_server(store: MemoryStore | Opening, plugins: PluginHost | None = None) -> SquirrelServer:
+def create_server(
+    store: MemoryStore | Opening, plugins: PluginHost | None = None, *, project: str | None = None
+) -> SquirrelServer:
     """The MCP server with every tool bound to a memory store, unlocked or still opening.
 
     `plugins` ranks search hits; without it only the built-in lexical ranker does.
-    The tools and their schemas are the same whatever plugins are installed.
+    The tools and their schemas are the same whatever plugins are installed. Served
+    over stdio, its session is in `project` (a bridge's session says its own).
     """
     opening = store if isinstance(store, Opening) else Opening(store)
     context = ToolContext(opening, plugins or PluginHost(get_plugin_manager()))
@@ -256,7 +264,7 @@ def create_server(store: MemoryStore | Opening, plugins: PluginHost | None = Non
         )
         for spec in TOOLS
     ]
-    server = SquirrelServer(opening, tools)
+    server = SquirrelServer(opening, tools, project)
     server.add_prompt(
         Prompt.from_function(
             skill,

@@ -54,7 +54,7 @@ class SaveResult(_DropNone):
 class SearchHit(_DropNone):
     """A memory found by search_memory, with its scores."""
 
-    _keep: ClassVar[frozenset[str]] = frozenset({"semanticScore"})
+    _keep: ClassVar[frozenset[str]] = frozenset({"semanticScore", "project"})
 
     id: str
     entity: str
@@ -62,6 +62,7 @@ class SearchHit(_DropNone):
     tags: list[str]
     keywords: list[str]
     category: Category
+    project: str | None = Field(description="The project it belongs to; null: it holds everywhere.")
     createdAt: str
     updatedAt: str
     revision: int
@@ -89,7 +90,9 @@ class SearchResult(_DropNone):
 
 
 class RevisionView(_DropNone):
-    """One revision in a memory's history."""
+    """One revision in a memory's history (its project always shown, null for none: a move shows)."""
+
+    _keep: ClassVar[frozenset[str]] = frozenset({"project"})
 
     revision: int
     change: str
@@ -100,6 +103,7 @@ class RevisionView(_DropNone):
     tags: list[str]
     keywords: list[str]
     category: Category
+    project: str | None = None
     reason: str | None = None
 
 
@@ -129,14 +133,29 @@ class LeftOut(BaseModel):
     )
 
 
+class ProjectCount(BaseModel):
+    """How many memories a project holds."""
+
+    project: str | None = Field(description="The project's name; null: the memories with no project.")
+    count: int
+
+
 class ContextResult(_DropNone):
     """What get_context returns."""
+
+    _keep: ClassVar[frozenset[str]] = frozenset({"project"})
 
     profile: list[Memory] = Field(description="Who the user is.")
     preferences: list[Memory] = Field(description="What the user likes and how they want things done.")
     recent: list[Memory] = Field(description="The most recently saved or corrected other memories.")
-    counts: dict[str, int] = Field(description="Memories per category.")
-    total: int
+    counts: dict[str, int] = Field(description="Memories per category, of the projects read.")
+    total: int = Field(description="Memories in the projects read.")
+    project: str | None = Field(
+        description="This session's project (a repository's identity, a folder or a name); null: none."
+    )
+    projects: list[ProjectCount] = Field(
+        description="Memories per project, every project (those with no project first, then the largest)."
+    )
     unreadable: list[str] = Field(
         description="Ids of memories whose stored records all failed their integrity check."
     )

@@ -77,18 +77,25 @@ def run_search(
     category: Category | None = None,
     tags: list[str] | None = None,
     near_misses: bool = False,
+    projects: frozenset[str | None] | None = None,
     now: datetime,
     progress: ProgressReport | None = None,
 ) -> SearchResult:
     """What search_memory answers, as of `now`: the words' matches, ranked by the plugins.
 
     The tool calls this; so do the recall gate and the diagnostic, so what they
-    measure is what an agent gets. A ranker still preparing adds its note to the
+    measure is what an agent gets. `projects`: the projects searched (None in it: the
+    memories with no project; None: every project). A ranker still preparing adds its note to the
     answer's, and its progress goes to `progress` (the request's, when it asked).
     """
     store.refresh_if_stale()
     options = RankOptions(
-        limit=limit, near_misses=near_misses, category=category, tags=tuple(tags or ()), now=now
+        limit=limit,
+        near_misses=near_misses,
+        category=category,
+        tags=tuple(tags or ()),
+        now=now,
+        projects=projects,
     )
     # Another ranker may rank any word match, so it gets all of them; lexical needs the top `limit`.
     everything = host.has_rankers()

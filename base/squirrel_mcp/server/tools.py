@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextvars
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,7 +31,9 @@ from pydantic.json_schema import SkipJsonSchema
 from squirrel_mcp.book.catalog import Filters, Page
 from squirrel_mcp.book.errors import MemoryOperationError
 from squirrel_mcp.core.models import (
+    EVERY_PROJECT,
     HALF_LIFE_DAYS,
+    MAX_PROJECT,
     MAX_REVISION,
     Category,
     Entity,
@@ -40,6 +42,7 @@ from squirrel_mcp.core.models import (
     Revision,
     Tags,
 )
+from squirrel_mcp.core.projects import ProjectError, project_name
 from squirrel_mcp.plugins.manager import PluginHost
 from squirrel_mcp.server.opening import Opening
 from squirrel_mcp.server.results import (
@@ -48,6 +51,7 @@ from squirrel_mcp.server.results import (
     LeftOut,
     ListedMemory,
     ListResult,
+    ProjectCount,
     RevisionView,
     SearchResult,
     Section,
@@ -69,6 +73,11 @@ CONTEXT_SECTION_LIMIT = 50
 # context), so a tool reaches its own request's progress without the SDK in its signature.
 request_progress: contextvars.ContextVar[ProgressReport | None] = contextvars.ContextVar(
     "squirrel_request_progress", default=None
+)
+# The project of the host session a request belongs to (None: none), set by SquirrelServer.serve_session
+# for each session: the shared memory process serves hosts in several projects at once.
+session_project: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "squirrel_session_project", default=None
 )
 
 
@@ -118,6 +127,35 @@ def absent_means_unset(schema: dict[str, JsonValue]) -> None:
     schema.pop("default", None)
 
 
+ProjectScope = Annotated[
+    str | Unset,
+    Field(
+        max_length=MAX_PROJECT,
+        description="Which project's memories to read besides those with no project (which hold "
+        'everywhere): absent, this session\'s project; "*", every project; a name, that project; '
+        '"", only those with no project.',
+        json_schema_extra=absent_means_unset,
+    ),
+]
+
+
+def project_argument(value: str) -> str | None:
+    """A tool's `project` as a project (None: none); the agent's error when it is no project's name."""
+    try:
+        return project_name(value)
+    except ProjectError as error:
+        raise ToolError(f"project: {error}") from None
+
+
+def projects_read(project: str | None) -> frozenset[str | None] | None:
+    """The projects a read with this `project` argument sees (None: every one); see ProjectScope."""
+    if project is None:
+        return frozenset({session_project.get(), None})
+    if project == EVERY_PROJECT:
+        return None
+    return frozenset({project_argument(project), None})
+
+
 def revision_view(revision: Revision) -> RevisionView:
     """A revision as a history shows it."""
     return RevisionView.model_validate(revision.model_dump(include=set(RevisionView.model_fields)))
@@ -163,34 +201,38 @@ def _left_out_note(cut: list[LeftOut]) -> str | None:
 def get_context(
     context: ToolContext,
     recent: Annotated[int, Field(ge=0, le=50, description="How many recent memories to include.")] = 10,
+    project: ProjectScope = None,
 ) -> ContextResult:
     """Start every session here: who the user is, their preferences, what changed lately.
 
     Returns profile and preference memories, the most recent other memories and
-    counts by category. Profile and preferences hold at most 50 memories each, most
-    recently changed first, so that the answer stays small enough to read at the start
-    of every session; when a section has more, leftOut says how many were left out and
-    which list_memories call lists them. Then search_memory before answering a
-    question about the user.
+    counts by category, of this session's project (`project` in the answer) and the
+    memories with no project; `projects` counts every project's memories. Profile
+    and preferences hold at most 50 memories each, most recently changed first, so
+    that the answer stays small enough to read at the start of every session; when a
+    section has more, leftOut says how many were left out and which list_memories
+    call lists them. Then search_memory before answering a question about the user.
     """
+    projects = projects_read(project)
     others = frozenset(HALF_LIFE_DAYS) - {"profile", "preference"}
     bound = CONTEXT_SECTION_LIMIT
+    scope: dict[str, str | int] = {} if project is None else {"project": project}
     with context.store.reading() as catalog:
         # Each list costs about its length, not a sort of every memory: the catalog keeps the order.
-        profile = catalog.page(Filters(categories=frozenset({"profile"})), 0, bound)
-        preferences = catalog.page(Filters(categories=frozenset({"preference"})), 0, bound)
-        latest = catalog.page(Filters(categories=others), 0, recent)
-        counts = catalog.live_counts()
+        profile = catalog.page(Filters(categories=frozenset({"profile"}), projects=projects), 0, bound)
+        preferences = catalog.page(Filters(categories=frozenset({"preference"}), projects=projects), 0, bound)
+        latest = catalog.page(Filters(categories=others, projects=projects), 0, recent)
+        counts = catalog.live_counts_in(projects)
         counted = {category: counts.get(category, 0) for category in HALF_LIFE_DAYS}
-        total = catalog.live_count
+        per_project = _project_counts(catalog.live_project_counts())
         unreadable, older = context.store.unreadable_ids(), context.store.older_revision_ids()
     cut = [
         section
         for section in (
-            _left_out("profile", profile, {"category": "profile", "offset": bound}),
-            _left_out("preferences", preferences, {"category": "preference", "offset": bound}),
+            _left_out("profile", profile, {"category": "profile", "offset": bound, **scope}),
+            _left_out("preferences", preferences, {"category": "preference", "offset": bound, **scope}),
             # The other categories mixed: no one filter lists them alone.
-            _left_out("recent", latest, {}),
+            _left_out("recent", latest, scope),
         )
         if section is not None
     ]
@@ -199,12 +241,20 @@ def get_context(
         preferences=[memory_view(memory) for memory in preferences.memories],
         recent=[memory_view(memory) for memory in latest.memories],
         counts=counted,
-        total=total,
+        total=sum(counted.values()),
+        project=session_project.get(),
+        projects=per_project,
         unreadable=unreadable,
         olderRevision=older,
         leftOut=cut,
         note=join_notes(log_note(context.store), _left_out_note(cut)),
     )
+
+
+def _project_counts(counts: Mapping[str | None, int]) -> list[ProjectCount]:
+    """Each project's count: the memories with no project first, then the largest, then by name."""
+    ordered = sorted(counts.items(), key=lambda item: (item[0] is not None, -item[1], item[0] or ""))
+    return [ProjectCount(project=project, count=count) for project, count in ordered if count]
 
 
 def search_memory(
@@ -225,12 +275,14 @@ def search_memory(
             "retry after an empty or unhelpful search; treat a near miss as a candidate to check."
         ),
     ] = False,
+    project: ProjectScope = None,
 ) -> SearchResult:
     """Search the user's memories before answering anything about them.
 
     Hits come in rank order with absolute scores (lexicalScore, semanticScore); a
     low score means lower confidence, not a wrong answer, so check low hits against
-    the question. If nothing fits, retry once with nearMisses: true.
+    the question. If nothing fits, retry once with nearMisses: true. It searches this
+    session's project and the memories with no project; project "*" searches every one.
     """
     return run_search(
         context.store,
@@ -240,6 +292,7 @@ def search_memory(
         category=category,
         tags=tags,
         near_misses=nearMisses,
+        projects=projects_read(project),
         now=datetime.now(UTC),
         progress=request_progress.get(),
     )
@@ -294,10 +347,15 @@ def list_memories(
     includeDeleted: Annotated[bool, Field(description="Also list deleted memories.")] = False,
     offset: Annotated[int, Field(ge=0, le=1_000_000, description="How many to skip (paging).")] = 0,
     limit: Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT, description="Page size.")] = 20,
+    project: ProjectScope = None,
 ) -> ListResult:
-    """List memories, most recently changed first, with filters and paging."""
+    """List memories, most recently changed first, with filters and paging.
+
+    It lists this session's project and the memories with no project; project "*" lists every one.
+    """
     filters = Filters(
         categories=None if category is None else frozenset({category}),
+        projects=projects_read(project),
         entity=entity,
         tags=tuple(tags or ()),
         include_deleted=includeDeleted,

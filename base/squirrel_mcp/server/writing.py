@@ -15,7 +15,16 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from squirrel_mcp.book.errors import Unchanged
-from squirrel_mcp.core.models import Category, Entity, Keywords, MemoryText, Reason, Revision, Tags
+from squirrel_mcp.core.models import (
+    MAX_PROJECT,
+    Category,
+    Entity,
+    Keywords,
+    MemoryText,
+    Reason,
+    Revision,
+    Tags,
+)
 from squirrel_mcp.search import bm25
 from squirrel_mcp.search.ranking import Candidate
 from squirrel_mcp.server.results import ChangeResult, DuplicateHint, SaveResult
@@ -26,7 +35,12 @@ from squirrel_mcp.server.tools import (
     Unset,
     absent_means_unset,
     as_tool_error,
+    project_argument,
+    session_project,
 )
+
+# The categories that hold everywhere unless a save says otherwise: who the user is, what they like.
+EVERYWHERE = frozenset({"profile", "preference"})
 
 if TYPE_CHECKING:
     from squirrel_mcp.book.memories import MemoryStore
@@ -40,6 +54,7 @@ def save_with_duplicates(
     category: Category,
     tags: list[str],
     keywords: list[str],
+    project: str | None = None,
 ) -> tuple[Revision, bool, list[Candidate]]:
     """Save as save_memory does: (the memory, whether it was written, the memories it may duplicate).
 
@@ -49,7 +64,7 @@ def save_with_duplicates(
     saves through here too, so both follow one set of rules.
     """
     saved, written = store.save_once(
-        entity=entity, text=text, category=category, tags=tags, keywords=keywords
+        entity=entity, text=text, category=category, tags=tags, keywords=keywords, project=project
     )
     if not written:
         return saved, False, []
@@ -70,18 +85,39 @@ def save_memory(
     keywords: Annotated[
         Keywords, Field(description="Other words it should be found by: synonyms, names, abbreviations.")
     ] = [],  # noqa: B006
+    project: Annotated[
+        str | Unset,
+        Field(
+            max_length=MAX_PROJECT,
+            description='The project it belongs to; "" for none (it holds everywhere). Absent: this '
+            "session's project, except profile and preference memories, which have none.",
+            json_schema_extra=absent_means_unset,
+        ),
+    ] = None,
 ) -> SaveResult:
     """Save a lasting memory about the user, encrypted.
 
     Search first: if a memory already says this, correct it with update_memory
-    instead. Give an entity, tags and keywords so it is found again. The answer
-    lists memories the new one may duplicate. Saving a memory identical to a stored
-    one (same entity, text, category, tags and keywords) writes nothing and answers
-    the stored one, so a retried save stores the fact once.
+    instead. Give an entity, tags and keywords so it is found again. It goes in this
+    session's project; give project "" for what holds everywhere (who the user is,
+    how they like things done). The answer lists memories the new one may duplicate.
+    Saving a memory identical to a stored one in the same project (same entity, text,
+    category, tags and keywords) writes nothing and answers the stored one, so a
+    retried save stores the fact once.
     """
+    if project is not None:
+        belongs: str | None = project_argument(project)
+    else:
+        belongs = None if category in EVERYWHERE else session_project.get()
     with as_tool_error():
         saved, written, duplicates = save_with_duplicates(
-            context.store, entity=entity, text=text, category=category, tags=tags, keywords=keywords
+            context.store,
+            entity=entity,
+            text=text,
+            category=category,
+            tags=tags,
+            keywords=keywords,
+            project=belongs,
         )
     if not written:
         return SaveResult(
@@ -128,6 +164,14 @@ def update_memory(
         Keywords | Unset,
         Field(description="The new keywords (replace the old ones).", json_schema_extra=absent_means_unset),
     ] = None,
+    project: Annotated[
+        str | Unset,
+        Field(
+            max_length=MAX_PROJECT,
+            description='Move it to this project; "" for none (it holds everywhere).',
+            json_schema_extra=absent_means_unset,
+        ),
+    ] = None,
     reason: Annotated[
         Reason | Unset,
         Field(description="Why it changed, kept in the history.", json_schema_extra=absent_means_unset),
@@ -156,8 +200,12 @@ def update_memory(
         )
         if value is not None
     }
+    if project is not None:
+        changes["project"] = project_argument(project)
     if not changes:
-        raise ToolError("nothing to change: give at least one of text, entity, category, tags, keywords")
+        raise ToolError(
+            "nothing to change: give at least one of text, entity, category, tags, keywords, project"
+        )
 
     def unchanged(memory: Revision) -> str:
         since = (
