@@ -226,13 +226,12 @@ def _identity(checkout: _Checkout) -> str | None:
         main = checkout.common.parent
     elif worktree:
         main = _resolved(checkout.common / worktree)  # a submodule's: its config says where
-    elif linked:
-        # A linked worktree of a bare repository or of one made with --separate-git-dir: nothing
-        # records a main worktree, so the shared repository itself stands for it, as in
-        # `git worktree list`; a worktree's own path would give each worktree a project of its own.
-        main = checkout.common
     else:
-        main = checkout.top
+        # A repository made with --separate-git-dir, or a bare one with linked worktrees: from a
+        # linked worktree nothing leads to the main one, so the repository itself stands for it in
+        # every worktree, as in `git worktree list`; the directory holding `.git` would give each
+        # worktree a project of its own.
+        main = checkout.common
     url = config.get(("remote", "origin", "url"))
     remote = normalise_remote(url, main) if url else None
     # The location as a local remote naming it would read (no ".git"), so a clone of a repository
