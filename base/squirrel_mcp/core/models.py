@@ -13,6 +13,10 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
+from squirrel_mcp.core.projects import EVERY_PROJECT as EVERY_PROJECT
+from squirrel_mcp.core.projects import MAX_PROJECT as MAX_PROJECT
+from squirrel_mcp.core.projects import checked_name
+
 # Recency half-life of each category, in days (None: never fades). One table,
 # documented in docs/search.md. Who the user is does not age; what they like
 # changes over years; facts, projects and notes over months; events and tasks
@@ -40,10 +44,6 @@ MAX_TAG = 64
 MAX_TAGS = 20
 MAX_KEYWORDS = 30
 MAX_REASON = 500
-# A project's name: a repository's identity ("github.com/acme/api") or a folder's full path, so
-# room for a long path; "*" is no project's name, since the tools' `project: "*"` means every one.
-MAX_PROJECT = 1000
-EVERY_PROJECT = "*"
 
 # Control characters other than tab and newlines have no place in a memory, and
 # a lone surrogate (legal in JSON, not in UTF-8) cannot be stored. Unicode's control
@@ -100,19 +100,8 @@ Tag = Annotated[
 Tags = Annotated[list[Tag], Field(max_length=MAX_TAGS), AfterValidator(_unique)]
 
 
-def _not_every_project(value: str) -> str:
-    if value == EVERY_PROJECT:
-        raise ValueError(f'"{EVERY_PROJECT}" means every project and cannot be one\'s name')
-    return value
-
-
-ProjectName = Annotated[
-    str,
-    StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_PROJECT),
-    AfterValidator(_printable),
-    AfterValidator(_single_line),
-    AfterValidator(_not_every_project),
-]
+# A project's name (squirrel_mcp.core.projects says the rules).
+ProjectName = Annotated[str, StringConstraints(strip_whitespace=True), AfterValidator(checked_name)]
 Keywords = Annotated[list[Tag], Field(max_length=MAX_KEYWORDS), AfterValidator(_unique)]
 Reason = Annotated[
     str,

@@ -22,13 +22,11 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import unquote, urlsplit
 
-from pydantic import TypeAdapter, ValidationError
-
-from squirrel_mcp.core.models import ProjectName
-
 PROJECT_VARIABLE = "SQUIRREL_PROJECT"
-
-_PROJECT_NAME: TypeAdapter[str] = TypeAdapter(ProjectName)
+# A project's name: a repository's identity ("github.com/acme/api") or a folder's full path, so
+# room for a long path; "*" is no project's name, since the tools' `project: "*"` means every one.
+MAX_PROJECT = 1000
+EVERY_PROJECT = "*"
 # Git's own files are small; a bigger one is not git's, and reading it whole would slow the start.
 _MAX_CONFIG = 1 << 20
 _MAX_POINTER = 4096
@@ -50,26 +48,40 @@ class ProjectError(ValueError):
     """
 
 
+def checked_name(value: str) -> str:
+    """`value` when it can be a project's name (stripped already); ProjectError naming the rule it breaks.
+
+    Plain Python, no pydantic: a host's bridge works its project out and starts in a few
+    milliseconds. squirrel_mcp.core.models.ProjectName checks a memory's project with this.
+    """
+    if not value:
+        raise ProjectError("must not be empty")
+    if len(value) > MAX_PROJECT:
+        raise ProjectError(f"must be at most {MAX_PROJECT} characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ProjectError("must be valid Unicode text (no lone surrogates)") from None
+    if _CONTROL.search(value):
+        raise ProjectError("must be a single line without control characters")
+    if value == EVERY_PROJECT:
+        raise ProjectError(f'must not be "{EVERY_PROJECT}", which means every project')
+    return value
+
+
 def _validated(value: str, what: str) -> str:
     try:
-        return _PROJECT_NAME.validate_python(value)
-    except ValidationError as error:
-        rules = "; ".join(_rule(detail["msg"]) for detail in error.errors(include_input=False))
-        # `from None`: the ValidationError's own text quotes the value, and a traceback would show it.
-        raise ProjectError(f"{what} {rules}") from None
-
-
-def _rule(message: str) -> str:
-    message = message.removeprefix("Value error, ")
-    return message[:1].lower() + message[1:]
+        return checked_name(value)
+    except ProjectError as error:
+        raise ProjectError(f"{what} {error}") from None
 
 
 def project_name(value: str) -> str | None:
     """A project name as given by a person or a tool argument.
 
-    Stripped; "" or only spaces is None (no project); else the name, checked as
-    `squirrel_mcp.core.models.ProjectName` (printable, one line, at most MAX_PROJECT characters,
-    not "*"). Raises ProjectError naming the broken rule otherwise.
+    Stripped; "" or only spaces is None (no project); else the name, checked by `checked_name`
+    (printable, one line, at most MAX_PROJECT characters, not "*"). Raises ProjectError naming
+    the broken rule otherwise.
     """
     stripped = value.strip()
     if not stripped:
