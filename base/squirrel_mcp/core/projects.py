@@ -165,16 +165,13 @@ def _joined(host: str | None, path: str) -> str | None:
 
 
 def _without_git(path: str) -> str:
-    return path.removesuffix("/").removesuffix(".git").rstrip("/")
+    return path.removesuffix(".git").rstrip("/")
 
 
 def _local_identity(path: str, repository: Path) -> str | None:
     if not path:
         return None
-    located = _resolved(repository / path)
-    if located.name == ".git":
-        located = located.parent
-    return _without_git(str(located)) or None
+    return _without_git(str(_resolved(repository / path))) or None
 
 
 class _Checkout(NamedTuple):
@@ -210,8 +207,7 @@ def _pointed(dot_git: Path) -> Path | None:
     target = first.removeprefix("gitdir:").strip() if first.startswith("gitdir:") else ""
     if not target:
         return None
-    gitdir = _resolved(dot_git.parent / target)
-    return gitdir if gitdir.is_dir() else None
+    return _resolved(dot_git.parent / target)
 
 
 def _identity(checkout: _Checkout) -> str | None:
