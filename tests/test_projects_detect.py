@@ -472,3 +472,11 @@ REMOTES = [
 @pytest.mark.parametrize(("url", "identity"), REMOTES)
 def test_a_remote_url_as_an_identity(url: str, identity: str | None) -> None:
     assert normalise_remote(url, Path("/work/repo")) == identity
+
+
+@pytest.mark.parametrize("url", ["C:/repos/api.git", "c:\\repos\\api.git"])
+def test_a_windows_drive_is_a_local_path_not_a_host(url: str, tmp_path: Path) -> None:
+    identity = normalise_remote(url, tmp_path)
+    assert identity is not None
+    assert not identity.startswith("c/")
+    assert identity == str((tmp_path / url).resolve()).removesuffix(".git")

@@ -39,6 +39,8 @@ _ESCAPES = {"n": "\n", "t": "\t", "b": "\b", '"': '"', "\\": "\\"}
 # `scheme://...`; `transport::address` (git's remote helpers) names no place this can read.
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _HELPER = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*::")
+# A Windows drive ("C:/repos/api", "C:\\repos\\api"): a local path, though its ":" comes before any "/".
+_DRIVE = re.compile(r"[A-Za-z]:[\\/]")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _TRUE = {"true", "yes", "on", "1"}
 
@@ -147,7 +149,7 @@ def normalise_remote(url: str, repository: Path) -> str | None:
             return None
         return _joined(host, parts.path)
     first = url.split("/", 1)[0]
-    if ":" in first:
+    if ":" in first and not _DRIVE.match(url):
         # scp-like `[user@]host:path`. Credentials end at the last "@" before the first "/", so
         # cutting there drops a "user:token@" whole, wherever its ":" is.
         address = url[first.rindex("@") + 1 :] if "@" in first else url
