@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -170,7 +171,9 @@ def test_a_submodule_is_its_own_project(git: Git, tmp_path: Path) -> None:
     # Without a remote the submodule's own folder, from its config's core.worktree: not the
     # superproject's .git/modules/ where its git directory lives.
     git(sub, "remote", "remove", "origin")
+    git(sub, "worktree", "add", "-q", str(tmp_path / "library-wt"))
     assert repository_identity(sub / "src") == str(sub.resolve())
+    assert repository_identity(tmp_path / "library-wt") == str(sub.resolve())
 
 
 @needs_git
@@ -204,6 +207,12 @@ def test_a_bare_repository_has_no_work_tree_but_its_worktrees_share_one_project(
     assert repository_identity(tmp_path / "two" / "src") == repository_identity(tmp_path / "one")
     # Inside the bare repository itself there is no work tree: it is a folder like any other.
     assert session_project({}, bare / "refs", no_home(tmp_path)) == str((bare / "refs").resolve())
+    # Nor is there one in a folder whose `.git` names the bare repository itself.
+    (tmp_path / "pointing").mkdir()
+    (tmp_path / "pointing" / ".git").write_text(f"gitdir: {bare}\n")
+    assert repository_identity(tmp_path / "pointing") is None
+    git(bare, "config", "core.bare", "false")  # now as if made with --separate-git-dir
+    assert repository_identity(tmp_path / "pointing") == repository_identity(tmp_path / "one")
 
 
 # --- directories ----------------------------------------------------------------------------------
@@ -319,6 +328,7 @@ CONFIGS = {
     "quotes and comments": '[remote "origin"] # c\n\turl = "git@h.example:a/b;c" ; comment\n',
     "a continued line": '[remote "origin"]\n\turl = git@h.example:a/\\\nb\n',
     "escapes": '[remote "origin"]\n\turl = "git@h.example:a/\\"q\\"\\\\"\n',
+    "a tab escape": '[remote "origin"]\n\turl = git@h.example:a/x\\ty\n',
     "unknown escape": '[remote "origin"]\n\turl = git@h.example:a/\\q\n',
     "unterminated quote": '[remote "origin"]\n\turl = "git@h.example:a/b\n',
     "a key on the header's line": '[remote "origin"] url = git@h.example:same/line\n',
@@ -366,7 +376,15 @@ def test_a_damaged_config_is_no_remote(damage: str, git: Git, tmp_path: Path) ->
         os.mkfifo(config)  # reading it would wait for a writer forever
     elif damage == "huge":
         config.write_text('[remote "origin"]\n\turl = git@github.com:acme/api\n' + "#" * (1 << 21))
-    assert repository_identity(repo) == str(repo.resolve())
+    found: list[str | None] = []
+    reader = threading.Thread(target=lambda: found.append(repository_identity(repo)), daemon=True)
+    reader.start()
+    reader.join(20)
+    if reader.is_alive():
+        with config.open("w"):
+            pass  # a writer, so the stuck reader ends with the test
+        pytest.fail("reading the config waited for a writer")
+    assert found == [str(repo.resolve())]
 
 
 @pytest.mark.parametrize(
@@ -434,6 +452,9 @@ REMOTES = [
     ("file:///srv/git/api.git", "/srv/git/api"),
     ("file:///srv/git/api/.git", "/srv/git/api"),
     ("/srv/git/api.git/", "/srv/git/api"),
+    ("ssh://host.example/srv/api/.git", "host.example/srv/api"),
+    ("git@host.example:team/x@y", None),
+    ("host.example:team/x@y", None),
     ("../upstream", "/work/upstream"),
     ("file://../upstream.git", "/work/upstream"),
     ("", None),
@@ -451,3 +472,11 @@ REMOTES = [
 @pytest.mark.parametrize(("url", "identity"), REMOTES)
 def test_a_remote_url_as_an_identity(url: str, identity: str | None) -> None:
     assert normalise_remote(url, Path("/work/repo")) == identity
+
+
+@pytest.mark.parametrize("url", ["C:/repos/api.git", "c:\\repos\\api.git"])
+def test_a_windows_drive_is_a_local_path_not_a_host(url: str, tmp_path: Path) -> None:
+    identity = normalise_remote(url, tmp_path)
+    assert identity is not None
+    assert not identity.startswith("c/")
+    assert identity == str((tmp_path / url).resolve()).removesuffix(".git")

@@ -37,6 +37,8 @@ _ESCAPES = {"n": "\n", "t": "\t", "b": "\b", '"': '"', "\\": "\\"}
 # `scheme://...`; `transport::address` (git's remote helpers) names no place this can read.
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _HELPER = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*::")
+# A Windows drive ("C:/repos/api", "C:\\repos\\api"): a local path, though its ":" comes before any "/".
+_DRIVE = re.compile(r"[A-Za-z]:[\\/]")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _TRUE = {"true", "yes", "on", "1"}
 
@@ -159,7 +161,7 @@ def normalise_remote(url: str, repository: Path) -> str | None:
             return None
         return _joined(host, parts.path)
     first = url.split("/", 1)[0]
-    if ":" in first:
+    if ":" in first and not _DRIVE.match(url):
         # scp-like `[user@]host:path`. Credentials end at the last "@" before the first "/", so
         # cutting there drops a "user:token@" whole, wherever its ":" is.
         address = url[first.rindex("@") + 1 :] if "@" in first else url
@@ -177,16 +179,13 @@ def _joined(host: str | None, path: str) -> str | None:
 
 
 def _without_git(path: str) -> str:
-    return path.removesuffix("/").removesuffix(".git").rstrip("/")
+    return path.removesuffix(".git").rstrip("/")
 
 
 def _local_identity(path: str, repository: Path) -> str | None:
     if not path:
         return None
-    located = _resolved(repository / path)
-    if located.name == ".git":
-        located = located.parent
-    return _without_git(str(located)) or None
+    return _without_git(str(_resolved(repository / path))) or None
 
 
 class _Checkout(NamedTuple):
@@ -222,8 +221,7 @@ def _pointed(dot_git: Path) -> Path | None:
     target = first.removeprefix("gitdir:").strip() if first.startswith("gitdir:") else ""
     if not target:
         return None
-    gitdir = _resolved(dot_git.parent / target)
-    return gitdir if gitdir.is_dir() else None
+    return _resolved(dot_git.parent / target)
 
 
 def _identity(checkout: _Checkout) -> str | None:
