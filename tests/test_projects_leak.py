@@ -56,10 +56,30 @@ TOPICS = [
     ("load balancer", ["HAProxy", "Envoy", "Traefik"]),
     ("backup schedule", ["nightly", "hourly", "weekly"]),
 ]
-FILLER_WORDS = (
-    "meeting notes discussed budget roadmap hiring offsite retro sprint demo slides customer "
-    "feedback latency dashboard refactor cleanup onboarding handbook holiday travel invoice"
-).split()
+FILLER_WORDS = [
+    "meeting",
+    "notes",
+    "discussed",
+    "budget",
+    "roadmap",
+    "hiring",
+    "offsite",
+    "retro",
+    "sprint",
+    "demo",
+    "slides",
+    "customer",
+    "feedback",
+    "latency",
+    "dashboard",
+    "refactor",
+    "cleanup",
+    "onboarding",
+    "handbook",
+    "holiday",
+    "travel",
+    "invoice",
+]
 OWN_FILLER = 200 - len(TOPICS)
 NONE_COUNT = 50
 
