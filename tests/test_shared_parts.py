@@ -423,7 +423,7 @@ def test_a_bridge_imports_neither_dataclasses_nor_platformdirs(tmp_path: Path) -
     """Each adds over a MB to every host's bridge (inspect and ast; tempfile, shutil and random)."""
     script = (
         "import sys\n"
-        "from squirrel_mcp.cli.bridge import bridged\n"
+        "from squirrel_mcp.cli.bridging import bridged\n"
         "from squirrel_mcp.core.config import Config\n"
         "Config.from_env()\n"
         "print(' '.join(sorted(sys.modules)))\n"

@@ -17,7 +17,8 @@ def main() -> int:
     """Entry point of the `squirrel-mcp` script and of `python -m squirrel_mcp`."""
     arguments = sys.argv[1:]
     if arguments in ([], ["serve"]) and os.environ.get("SQUIRREL_MCP_SHARED") != "0":
-        from squirrel_mcp.cli.bridge import RELAYED, bridged
+        from squirrel_mcp.cli.bridge import RELAYED
+        from squirrel_mcp.cli.bridging import bridged
         from squirrel_mcp.core.config import Config
 
         config = Config.from_env()

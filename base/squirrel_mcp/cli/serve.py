@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pluggy
 
-from squirrel_mcp.cli import bridge
+from squirrel_mcp.cli import bridge, bridging
 from squirrel_mcp.cli.background import open_in_background
 from squirrel_mcp.cli.bridge import NOT_TRIED
 from squirrel_mcp.core.config import Config, location
@@ -57,7 +57,7 @@ def cmd_serve(config: Config, pm: pluggy.PluginManager, bridged: str | None = NO
     unlock. When it fails the server keeps serving: every tool call gets the line
     it printed on stderr. A person at a terminal without SQUIRREL_PASSPHRASE is
     asked for it first, as the other commands ask. Unless SQUIRREL_MCP_SHARED=0, this
-    process is a bridge to the vault's one memory process instead (`bridge.bridged`);
+    process is a bridge to the vault's one memory process instead (`bridging.bridged`);
     `bridged` is its outcome when the script's entry point tried it already.
     """
     from squirrel_mcp.server.app import create_server
@@ -67,7 +67,7 @@ def cmd_serve(config: Config, pm: pluggy.PluginManager, bridged: str | None = NO
     opening = Opening()
     at_terminal = not config.passphrase and sys.stdin.isatty()
     if bridged == NOT_TRIED:
-        bridged = None if at_terminal else bridge.bridged(config, dict(os.environ))
+        bridged = None if at_terminal else bridging.bridged(config, dict(os.environ))
     if bridged == bridge.RELAYED:
         return 0
     project: str | None = None
@@ -161,7 +161,7 @@ def page_of_memory_process(config: Config, request: PageRequest) -> int | None:
         config = config._replace(passphrase=get_passphrase(config, confirm=False))
         env["SQUIRREL_PASSPHRASE"] = config.passphrase or ""
     alone = "the page unlocks the vault on its own"
-    way = bridge.bridge_of(config, env, alone=alone, page=request)
+    way = bridging.bridge_of(config, env, alone=alone, page=request)
     if isinstance(way, str):
         raise UserError(way)
     if way is None or not config.passphrase:
