@@ -114,6 +114,12 @@ async def test_saves_land_in_their_folders_project_and_reads_stay_in_it(
             "We use PostgreSQL 16 and pytest here"
         }
         assert await texts(web, "search_memory", query="PostgreSQL MySQL", project="") == set()
+        # The same words saved here are a memory of this project, and A's is not even hinted at.
+        echo = await call(web, "save_memory", text="We use PostgreSQL 16 and pytest here", category="fact")
+        assert echo["memory"]["project"] == "github.com/acme/web" and echo["memory"]["id"] != pg["id"]
+        assert echo.get("possibleDuplicates", []) == []
+        hinted = await call(web, "save_memory", text="We use MySQL 8 and unittest here too", category="fact")
+        assert [hint["id"] for hint in hinted["possibleDuplicates"]] == [mysql["id"]]
 
     # The worktree and its main checkout are one project.
     async with host(env, folders.worktree) as worktree:

@@ -370,11 +370,14 @@ def _revision(index: SearchIndex, doc: int) -> Revision:
     return memory
 
 
-def likely_duplicates(index: SearchIndex, new: Revision, limit: int = 3) -> list[Candidate]:
+def likely_duplicates(
+    index: SearchIndex, new: Revision, limit: int = 3, keep: Callable[[Revision], bool] | None = None
+) -> list[Candidate]:
     """Other memories that say much the same as `new`: at least half their content words shared.
 
     Each comes with that share (Jaccard overlap of content words) as both its scores.
-    `new` must already be in the index (the store indexes every saved revision).
+    `new` must already be in the index (the store indexes every saved revision). `keep`:
+    only memories it keeps (those the saver may see: its projects).
     """
     words = memory_terms(new)[0].keys() - STOPWORDS
     with index.lock:
@@ -395,6 +398,8 @@ def likely_duplicates(index: SearchIndex, new: Revision, limit: int = 3) -> list
         for doc, count in shared.items():
             overlap = count / (len(words) + index.content_count(doc) - count)
             if overlap >= 0.5:
-                found.append(Candidate(_revision(index, doc), overlap, overlap))
+                memory = _revision(index, doc)
+                if keep is None or keep(memory):
+                    found.append(Candidate(memory, overlap, overlap))
     found.sort(key=lambda hit: (-hit.score, hit.memory.id))
     return found[:limit]

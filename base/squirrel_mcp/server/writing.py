@@ -55,20 +55,23 @@ def save_with_duplicates(
     tags: list[str],
     keywords: list[str],
     project: str | None = None,
+    seen: frozenset[str | None] | None = None,
 ) -> tuple[Revision, bool, list[Candidate]]:
     """Save as save_memory does: (the memory, whether it was written, the memories it may duplicate).
 
     The fields must have passed save_memory's rules. A memory identical to a stored
     live one writes nothing and is that one (with no duplicates listed); otherwise
-    the duplicates are those `bm25.likely_duplicates` finds. The page's add form
-    saves through here too, so both follow one set of rules.
+    the duplicates are those `bm25.likely_duplicates` finds among the projects `seen`
+    (None: every project). The page's add form saves through here too, so both follow
+    one set of rules.
     """
     saved, written = store.save_once(
         entity=entity, text=text, category=category, tags=tags, keywords=keywords, project=project
     )
     if not written:
         return saved, False, []
-    return saved, True, bm25.likely_duplicates(store.index, saved)
+    keep = None if seen is None else (lambda memory: memory.project in seen)
+    return saved, True, bm25.likely_duplicates(store.index, saved, keep=keep)
 
 
 def save_memory(
@@ -118,6 +121,8 @@ def save_memory(
             tags=tags,
             keywords=keywords,
             project=belongs,
+            # Another project's memories are never shown to this session, not even as a hint.
+            seen=frozenset({belongs, session_project.get(), None}),
         )
     if not written:
         return SaveResult(
