@@ -103,15 +103,21 @@ async def test_food_allergies_finds_the_peanut_allergy_by_meaning(
     assert memory_lines(errors) == [READY]
 
 
+PROJECT = "github.com/zorblax/quokka-builds"
+
+
 async def test_the_vector_file_is_sealed_survives_a_restart_and_is_rebuilt_after_tampering(
     hybrid_env: dict[str, str], tmp_path: Path
 ) -> None:
     async with server(hybrid_env, tmp_path) as (client, _):
         for memory in MEMORIES:
             await call(client, "save_memory", **memory)
+        # A memory of a project: its vector is kept, its project is not.
+        await call(client, "save_memory", text="Builds run on the quokka cluster", project=PROJECT)
         assert (await search_warm(client, query="food allergies"))["ranking"] == "hybrid"
     path = vector_file(hybrid_env)
     data = path.read_bytes()
+    assert PROJECT.encode() not in data and b"zorblax" not in data
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     for memory in MEMORIES:
         for word in memory["text"].split():

@@ -264,6 +264,7 @@ async def test_two_servers_on_one_vault_see_each_other(vault_env: dict[str, str]
 
 async def test_the_vault_holds_no_plaintext(vault_env: dict[str, str]) -> None:
     secrets = ["Zanzibarian", "quokkaphile", "Xylophonist Olaf", "tag-morbleu", "kw-blorptastic"]
+    secrets.append("github.com/zorblax/quokka-repo")
     async with Client(server_params(vault_env)) as client:
         saved = await save(
             client,
@@ -271,6 +272,7 @@ async def test_the_vault_holds_no_plaintext(vault_env: dict[str, str]) -> None:
             entity="Xylophonist Olaf",
             tags=[secrets[3]],
             keywords=[secrets[4]],
+            project=secrets[5],
         )
         await call(client, "update_memory", id=saved["id"], text="Is a Zanzibarian quokkaphile, retired")
         # Read the files while the server holds them (WAL not yet checkpointed) and after.

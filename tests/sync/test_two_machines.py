@@ -135,14 +135,16 @@ async def machines(tmp_path: Path, sync_server: SyncServer, proxy: RecordingProx
         yield Machines(a, b, (env_a, env_b))
 
 
-async def search_until_found(client: Client, query: str, memory_id: str, revision: int = 1) -> dict[str, Any]:
-    """search_memory until it finds `memory_id` at `revision` or later.
+async def search_until_found(
+    client: Client, query: str, memory_id: str, revision: int = 1, **arguments: Any
+) -> dict[str, Any]:
+    """search_memory (with `arguments`) until it finds `memory_id` at `revision` or later.
 
     A machine may pull up to PULL_INTERVAL (2 s) late, so it may first answer from
     its view as it was.
     """
     for _ in range(40):
-        found = await call(client, "search_memory", query=query)
+        found = await call(client, "search_memory", query=query, **arguments)
         if any(hit["id"] == memory_id and hit["revision"] >= revision for hit in found["results"]):
             return found
         await anyio.sleep(0.25)
@@ -247,6 +249,7 @@ async def test_no_plaintext_on_the_wire_or_in_the_servers_database(
         "keyword": "cardamom-saffron",
         "reason": "the oven runs hot, so bake at 170",
         "correction": "Eulalie's recipe: bake at 170 not 180",
+        "project": "github.com/eulalie/heirloom-kitchen",
     }
     saved = (
         await call(
@@ -257,12 +260,13 @@ async def test_no_plaintext_on_the_wire_or_in_the_servers_database(
             tags=[texts["tag"]],
             keywords=[texts["keyword"]],
             category="preference",
+            project=texts["project"],
         )
     )["memory"]
     await call(machines.a, "update_memory", id=saved["id"], text=texts["correction"], reason=texts["reason"])
     await call(machines.b, "delete_memory", id=saved["id"], reason=texts["reason"])
     await call(machines.b, "restore_memory", id=saved["id"])
-    await search_until_found(machines.a, "cardamom saffron", saved["id"])
+    await search_until_found(machines.a, "cardamom saffron", saved["id"], project=texts["project"])
 
     sent = proxy.sent()
     assert b"POST /v1/records" in sent  # the writes did go through the proxy
