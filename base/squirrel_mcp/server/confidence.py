@@ -1,0 +1,28 @@
+"""Which search hits a prompt's recall may show the agent unasked: those the ranking is confident in.
+
+`confident_hits` keeps the hits of a search whose scores pass thresholds calibrated on data
+(scripts/calibrate_hooks.py; docs/benchmarks/hooks.md): on questions a vault answers, how often
+the hits kept hold an answer, and on prompts nothing in a vault answers, how often anything is
+kept at all.
+"""
+
+from __future__ import annotations
+
+from squirrel_mcp.server.results import SearchHit, SearchResult
+
+# Placeholder thresholds until the calibration sets them.
+MIN_SEMANTIC = 0.5
+MIN_LEXICAL = 0.75
+
+
+def confident_hits(result: SearchResult) -> list[SearchHit]:
+    """The hits of `result` the ranking is confident in, in rank order (near misses never)."""
+    kept = []
+    for hit in result.results:
+        if hit.nearMiss:
+            continue
+        if hit.semanticScore is not None and hit.semanticScore >= MIN_SEMANTIC:
+            kept.append(hit)
+        elif hit.semanticScore is None and hit.lexicalScore >= MIN_LEXICAL:
+            kept.append(hit)
+    return kept
