@@ -17,12 +17,10 @@ MIN_LEXICAL = 0.75
 
 def confident_hits(result: SearchResult) -> list[SearchHit]:
     """The hits of `result` the ranking is confident in, in rank order (near misses never)."""
-    kept = []
-    for hit in result.results:
-        if hit.nearMiss:
-            continue
-        if hit.semanticScore is not None and hit.semanticScore >= MIN_SEMANTIC:
-            kept.append(hit)
-        elif hit.semanticScore is None and hit.lexicalScore >= MIN_LEXICAL:
-            kept.append(hit)
-    return kept
+    return [hit for hit in result.results if not hit.nearMiss and _confident(hit)]
+
+
+def _confident(hit: SearchHit) -> bool:
+    if hit.semanticScore is not None:
+        return hit.semanticScore >= MIN_SEMANTIC
+    return hit.lexicalScore >= MIN_LEXICAL
