@@ -12,9 +12,10 @@ or any value of a host config's env but SQUIRREL_PROJECT's (a project's name).
 
 A host's project is SQUIRREL_PROJECT when its entry's env sets it, else the
 project of the folder the host starts squirrel-mcp in. A config rarely says that
-folder (a `cwd` key, where a host has one), so the line says so and names the
+folder (Codex's `cwd` key, when an entry has it), so the line says so and names the
 project this folder would be, as a host started here would see it (from the
 folder alone: a host's environment is not this shell's).
+
 The passphrase comes from SQUIRREL_PASSPHRASE, else from the OS keychain, else is
 asked on the terminal; the keychain's line says which, and whether the entry kept
 there still unlocks the account (squirrel_mcp.cli.keychain.state).

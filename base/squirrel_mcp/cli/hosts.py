@@ -62,7 +62,7 @@ class Entry:
 
     `project` is SQUIRREL_PROJECT in its env as the file has it (None: absent or null, which
     VS Code reads as unset; any other JSON or TOML value as parsed); `cwd` is the folder its
-    config says the host starts it in (Codex and VS Code have the key), when it is text.
+    config says the host starts it in (Codex's entries may have the key), when it is text.
     """
 
     where: str
