@@ -146,6 +146,21 @@ async def test_projects_counts_each_and_says_where_this_folder_stands(
     await _fill(vault_env)
     env = _in_folder(vault_env)
     api_src = _repository(tmp_path / "checkouts" / "api", "git@github.com:acme/api.git")
+    # A worktree of it: the same project.
+    _git(
+        api_src,
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@example.com",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "1",
+    )
+    worktree = tmp_path / "checkouts" / "api-fix"
+    _git(api_src, "worktree", "add", "-q", str(worktree))
     bare = _repository(tmp_path / "checkouts" / "scratch", None)
     folder = tmp_path / "notes"
     folder.mkdir()
@@ -173,12 +188,18 @@ async def test_projects_counts_each_and_says_where_this_folder_stands(
         f"here: {API} (from this folder)",
     ]
 
-    # A repository without a remote is its folder; a plain folder is its path; home is no project.
+    # A worktree is its repository's project; a repository without a remote is its folder; a plain
+    # folder is its path; the home directory is no project.
     heres = {
         path: _json(run_cli(env, "projects", "--json", cwd=path))["here"]["project"]
-        for path in (bare, folder, Path(env["HOME"]))
+        for path in (worktree, bare, folder, Path(env["HOME"]))
     }
-    assert heres == {bare: str(bare.parent.resolve()), folder: str(folder.resolve()), Path(env["HOME"]): None}
+    assert heres == {
+        worktree: API,
+        bare: str(bare.parent.resolve()),
+        folder: str(folder.resolve()),
+        Path(env["HOME"]): None,
+    }
     home = run_cli(env, "projects", cwd=Path(env["HOME"])).stdout.decode().splitlines()
     assert home[1].endswith("(no project: they hold everywhere)  ← here")
     assert home[-1] == (
