@@ -208,7 +208,7 @@ async def test_search_ranks_as_the_tool_does(vault_env: dict[str, str]) -> None:
     assert found["results"][0]["id"] == ids["basil"]
 
     text = run_cli(vault_env, "search", "bicycle", "--category", "fact").stdout.decode()
-    assert text.startswith(f"{ids['bike']}  Anna (sister) · fact · score ")
+    assert text.startswith(f"{ids['bike']}  Anna (sister) · fact · no project · score ")
     assert "    Rides a blue bicycle to work" in text
     assert text.rstrip().endswith("1 of 1 matches shown · ranking lexical")
     none = run_cli(vault_env, "search", "bicycle", "--tag", "garden")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import subprocess
 import sys
 import sysconfig
 from pathlib import Path
@@ -18,12 +20,25 @@ from tests.conftest import PASSPHRASE, call, needs_model, run_cli, secrets_of_th
 SECRET_TEXT = "Takes insulin every morning"
 # The passphrase written in the fake hosts' configs: never printed, nor any other env value.
 CONFIG_PASSPHRASE = "config passphrase 7d41"
-CONFIG_SECRETS = [CONFIG_PASSPHRASE, "an API key in a config 93ab", "a secret in a broken file 55c2"]
+CONFIG_SECRETS = [
+    CONFIG_PASSPHRASE,
+    "an API key in a config 93ab",
+    "a secret in a broken file 55c2",
+    "a project that is no name 4c1e",
+]
+# What an entry's line says of its project when neither its env nor its config says it, run from
+# the home directory (no project).
+FROM_THE_FOLDER = "project: that of the folder the host starts it in, which its config does not say"
+FROM_HOME = f"{FROM_THE_FOLDER} (started in this folder: none)"
 
 
 def _doctor(env: dict[str, str], cwd: Path | None = None) -> tuple[int, list[str]]:
+    """Run doctor in `cwd` (default: the home directory, which is no project)."""
     for secret in CONFIG_SECRETS:
         secrets_of_this_test().add(secret)  # stderr is scanned for them too
+    if cwd is None:
+        cwd = Path(env["HOME"])
+        cwd.mkdir(parents=True, exist_ok=True)
     result = run_cli(env, "doctor", cwd=cwd)
     lines = result.stdout.decode().splitlines()
     # Every line is a check; none shows a memory, a passphrase or a value of a host config.
@@ -171,10 +186,10 @@ def test_a_host_entry_that_runs_this_installation_passes(vault_env: dict[str, st
     _code, lines = _doctor(vault_env)
     assert _hosts(lines) == [
         f'✓ host config: {cursor}, entry "squirrel-notes": runs {_script()} (this installation); '
-        "SQUIRREL_PASSPHRASE is set in this file",
+        f"SQUIRREL_PASSPHRASE is set in this file; {FROM_HOME}",
         # A name is shown escaped: every check stays one line.
         f'✓ host config: {cursor}, entry "two\\nlines": runs {_script()} (this installation); '
-        "SQUIRREL_PASSPHRASE is set in this file",
+        f"SQUIRREL_PASSPHRASE is set in this file; {FROM_HOME}",
     ]
 
 
@@ -274,16 +289,18 @@ def test_project_files_uvx_entries_and_passphrases_not_in_the_file(
     )
     code, lines = _doctor(env, cwd=project)
     assert code == 1
+    # A plain folder is its own project: its path.
+    here = f"{FROM_THE_FOLDER} (started in this folder: {project.resolve()})"
     assert _hosts(lines) == [
         f'✗ host config: {claude}, entry "squirrel-notes": runs {_script()} (this installation); '
-        "SQUIRREL_PASSPHRASE in its env is still <your passphrase> "
+        f"SQUIRREL_PASSPHRASE in its env is still <your passphrase>; {here} "
         "→ put your passphrase in place of <your passphrase>",
         f'✓ host config: {cursor}, entry "squirrel-notes": runs {_script()} (this installation); '
         "SQUIRREL_PASSPHRASE is not in its env: the server must get it elsewhere (the keychain, or the "
-        "host's environment)",
+        f"host's environment); {here}",
         f'✓ host config: {vscode}, entry "mine": runs through uvx, not this installation; '
         "found on your PATH, which a host not started from your shell may not have; "
-        "SQUIRREL_PASSPHRASE comes from a VS Code input, asked once",
+        f"SQUIRREL_PASSPHRASE comes from a VS Code input, asked once; {here}",
     ]
 
 
@@ -293,3 +310,64 @@ def test_a_config_too_large_is_not_read(vault_env: dict[str, str]) -> None:
     _code, lines = _doctor(vault_env)
     line = _hosts(lines)[0]
     assert line == f"✓ host config: {large} is 6.0 MB, more than the 5 MB doctor reads; not checked"
+
+
+def _git(cwd: Path, *args: str) -> None:
+    """Run git with none of this machine's config read."""
+    env = {"PATH": os.environ["PATH"], "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
+    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="the test makes a real git repository")
+def test_each_entry_says_which_project_its_host_will_be_in(vault_env: dict[str, str], tmp_path: Path) -> None:
+    home = Path(vault_env["HOME"])
+    # Doctor runs in a repository's subfolder: a host started there is in the repository's project.
+    repository = tmp_path / "checkouts" / "api"
+    (repository / "src").mkdir(parents=True)
+    _git(repository, "init", "-q")
+    _git(repository, "remote", "add", "origin", "https://github.com/acme/api.git")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    script = json.dumps(str(_script()))
+
+    def entry(name: str, project: str | None = None, cwd: Path | None = None) -> str:
+        lines = [f"[mcp_servers.{name}]", f"command = {script}"]
+        lines += [] if cwd is None else [f"cwd = {json.dumps(str(cwd))}"]
+        lines += [] if project is None else [f"env = {{ SQUIRREL_PROJECT = {json.dumps(project)} }}"]
+        return "\n".join(lines) + "\n"
+
+    codex = _write(
+        home / ".codex" / "config.toml",
+        entry("squirrel-web", "github.com/acme/web")
+        + entry("squirrel-everywhere", "")
+        + entry("squirrel-notes", cwd=notes)
+        + entry("squirrel-here")
+        + entry("squirrel-wrong", f"two\n{CONFIG_SECRETS[3]}"),
+    )
+    vscode = _write(
+        repository / "src" / ".vscode" / "mcp.json",
+        json.dumps(
+            {
+                "servers": {
+                    "squirrel-notes": {"command": str(_script()), "env": {"SQUIRREL_PROJECT": "${input:p}"}}
+                }
+            }
+        ),
+    )
+    code, lines = _doctor(vault_env, cwd=repository / "src")
+    assert code == 1
+    # What each line says after its passphrase (none of these entries sets one).
+    said = [line.split("(the keychain, or the host's environment); ")[1] for line in _hosts(lines)]
+    wrong = "correct SQUIRREL_PROJECT in its env (a name, or empty for none), or remove it: the folder says"
+    assert said == [
+        "project: what the host puts in SQUIRREL_PROJECT (its env holds a ${...} variable)",
+        "project: github.com/acme/web (SQUIRREL_PROJECT in its env)",
+        "project: none (SQUIRREL_PROJECT in its env)",
+        f"project: {notes.resolve()} (that of its cwd)",
+        f"{FROM_THE_FOLDER} (started in this folder: github.com/acme/api)",
+        f"project: SQUIRREL_PROJECT: must be a single line (in its env) → {wrong}",
+    ]
+    assert [line[:1] for line in _hosts(lines)] == ["✓"] * 5 + ["✗"]
+    assert _hosts(lines)[0].startswith(f"✓ host config: {vscode}, ")
+    assert _hosts(lines)[1].startswith(f'✓ host config: {codex}, entry "squirrel-web": ')

@@ -7,8 +7,14 @@ when the embeddings plugin is installed: the search waits for it to start), the
 bounds on every option are the tool's (checked before any plugin starts), and
 `--json` prints exactly the structured output the tool returns. Without `--json`
 the output is for reading: one memory per line (list) or a short block per memory
-(search, show). A plugin's notice that it is ready is left out of stderr; one that
-says something is wrong is printed.
+(search, show), each saying its project. A plugin's notice that it is ready is left
+out of stderr; one that says something is wrong is printed.
+
+`search` and `list` read every project unless `--project` says otherwise: a person
+sees all their memories, where an agent sees its session's project and those with
+none. `--project NAME` is the tools' `project` argument: a name reads that project
+and the memories with none, "" only those with none, "*" every project. `show`
+takes an id, which names one memory whatever its project.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import pluggy
 from squirrel_mcp.cli.progress import ProgressBar
 from squirrel_mcp.core.config import Config
 from squirrel_mcp.core.lines import notice_line
-from squirrel_mcp.core.models import HALF_LIFE_DAYS, Memory
+from squirrel_mcp.core.models import EVERY_PROJECT, HALF_LIFE_DAYS, Memory
 from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager
 from squirrel_mcp.search.ranking import Progress
 from squirrel_mcp.server.results import GetResult, ListResult, RevisionView, SearchResult
@@ -45,6 +51,8 @@ READY_POLL = 0.25
 READY_SUFFIX = " ready"
 # The width a line is cut to when the output is not a terminal.
 DEFAULT_WIDTH = 100
+# How much of a project's name a list line gives it: its end, where a path or a remote differs.
+LISTED_PROJECT_WIDTH = 40
 
 
 class ToolRefused(Exception):
@@ -77,13 +85,26 @@ def _add_filters(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tag", action="append", dest="tags", metavar="TAG", help="only memories with this tag (repeatable)"
     )
+    parser.add_argument(
+        "--project",
+        default=EVERY_PROJECT,
+        metavar="NAME",
+        help='only this project and the memories with no project; "" only those with none; '
+        '"*" every project (the default)',
+    )
 
 
 def tool_arguments(args: argparse.Namespace) -> tuple[str, dict[str, object]]:
     """The tool a parsed command calls, with only the options given (so the tool's defaults hold)."""
     given = {key: value for key, value in vars(args).items() if value is not None and value is not False}
     if args.command == "search":
-        names = {"query": "query", "limit": "limit", "category": "category", "tags": "tags"}
+        names = {
+            "query": "query",
+            "limit": "limit",
+            "category": "category",
+            "tags": "tags",
+            "project": "project",
+        }
         arguments = {names[key]: value for key, value in given.items() if key in names}
         if args.near_misses:
             arguments["nearMisses"] = True
@@ -96,6 +117,7 @@ def tool_arguments(args: argparse.Namespace) -> tuple[str, dict[str, object]]:
             "offset": "offset",
             "limit": "limit",
             "include_deleted": "includeDeleted",
+            "project": "project",
         }
         return "list_memories", {names[key]: value for key, value in given.items() if key in names}
     return "get_memory", {"id": args.id, "history": True}
@@ -204,6 +226,18 @@ def _one_line(text: str, width: int) -> str:
     return flat if len(flat) <= width else flat[: max(1, width - 1)] + "…"
 
 
+def project_label(project: str | None, width: int | None = None) -> str:
+    """Where a memory belongs, as the output says it: "in NAME", or "no project" (it holds everywhere).
+
+    With `width`, a longer name keeps its end after an ellipsis ("in …/src/notes").
+    """
+    if project is None:
+        return "no project"
+    if width is not None and len(project) > width:
+        project = "…" + project[len(project) - width + 1 :]
+    return f"in {project}"
+
+
 def _labels(tags: list[str]) -> str:
     return f"  [{', '.join(tags)}]" if tags else ""
 
@@ -223,7 +257,7 @@ def render_search(result: SearchResult, width: int) -> str:
         if hit.semanticScore is not None:
             scores += f" · meaning {hit.semanticScore:.2f}"
         near = " · NEAR MISS (did not match; check it)" if hit.nearMiss else ""
-        head = f"{hit.id}  {hit.entity} · {hit.category} · {scores}{near}"
+        head = f"{hit.id}  {hit.entity} · {hit.category} · {project_label(hit.project)} · {scores}{near}"
         blocks.append(f"{head}\n{_indented(hit.text, width)}{_labels(hit.tags)}")
     matches = sum(1 for hit in result.results if not hit.nearMiss)
     footer = f"{matches} of {result.total} matches shown · ranking {result.ranking}"
@@ -233,11 +267,12 @@ def render_search(result: SearchResult, width: int) -> str:
 
 
 def render_list(result: ListResult, width: int) -> str:
-    """One memory per line: id, date of its last change, category, entity and text; then the page."""
+    """One memory per line: id, date of its last change, category, project, entity and text; then the page."""
     lines = []
     for memory in result.memories:
         deleted = " (deleted)" if memory.deleted else ""
-        head = f"{memory.id}  {memory.updatedAt[:10]}  {memory.category:<10}  "
+        where = project_label(memory.project, LISTED_PROJECT_WIDTH)
+        head = f"{memory.id}  {memory.updatedAt[:10]}  {memory.category:<10}  {where} · "
         rest = f"{memory.entity}: {memory.text}{_labels(memory.tags)}{deleted}"
         lines.append(head + _one_line(rest, max(20, width - len(head))))
     shown, offset = len(result.memories), result.offset
@@ -254,6 +289,7 @@ def _fields(memory: Memory, deleted: bool) -> list[str]:
         ("id", memory.id),
         ("entity", memory.entity),
         ("category", memory.category),
+        ("project", memory.project or "none (it holds everywhere)"),
         ("tags", ", ".join(memory.tags) or "-"),
         ("keywords", ", ".join(memory.keywords) or "-"),
         ("created", memory.createdAt),
@@ -264,26 +300,28 @@ def _fields(memory: Memory, deleted: bool) -> list[str]:
 
 
 # The fields a revision can change, in the order a history line names them.
-CHANGEABLE = ("entity", "text", "category", "tags", "keywords")
+CHANGEABLE = ("entity", "text", "category", "project", "tags", "keywords")
 
 
 def _what_changed(revision: RevisionView, before: RevisionView | None) -> str:
-    """A history line's summary: the fields changed, the reason, then the text when it changed.
+    """A history line's summary: the fields changed, the project moved to, the reason, then the text.
 
-    The reason comes before the text, so a cut line loses text, never the reason;
-    the first revision (or one after a gap) shows its text.
+    The move and the reason come before the text, so a cut line loses text first;
+    the first revision (or one after a gap) shows its project and text.
     """
     if before is None:
-        parts = [revision.text]
-    else:
-        changed = [name for name in CHANGEABLE if getattr(revision, name) != getattr(before, name)]
-        parts = [f"changed {', '.join(changed)}"] if changed else []
-        if revision.reason:
-            parts.append(f"reason: {revision.reason}")
-        if "text" in changed:
-            parts.append(revision.text)
-        elif changed == ["tags"]:
-            parts.append(f"tags now: {', '.join(revision.tags) or '-'}")
+        return f"{project_label(revision.project)} · {revision.text}"
+    changed = [name for name in CHANGEABLE if getattr(revision, name) != getattr(before, name)]
+    fields = [name for name in changed if name != "project"]
+    parts = [f"changed {', '.join(fields)}"] if fields else []
+    if "project" in changed:
+        parts.append(f"moved to {revision.project or 'no project'}")
+    if revision.reason:
+        parts.append(f"reason: {revision.reason}")
+    if "text" in changed:
+        parts.append(revision.text)
+    elif fields == ["tags"]:
+        parts.append(f"tags now: {', '.join(revision.tags) or '-'}")
     return " · ".join(parts)
 
 

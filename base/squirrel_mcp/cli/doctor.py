@@ -4,11 +4,18 @@ One line per check, ✓ or ✗, a failed one with its fix: the settings, the vau
 or the sync server, the passphrase, the log's integrity (it must extend what this
 machine saw of it; `--accept-log` accepts it as it is), the plugins, each plugin's own checks (the
 `doctor_checks` hook: the embeddings plugin checks its model and vector file),
-and the command an MCP host's config must run. Exit status 0 when every check
-passed, 1 when any failed.
+and the command an MCP host's config must run, with the project each host's entry
+will be in. Exit status 0 when every check passed, 1 when any failed.
 
 It prints paths, names and counts only: never memory text, a passphrase, a key
-or any value of a host config's env.
+or any value of a host config's env but SQUIRREL_PROJECT's (a project's name).
+
+A host's project is SQUIRREL_PROJECT when its entry's env sets it, else the
+project of the folder the host starts squirrel-mcp in. A config rarely says that
+folder (Codex's `cwd` key, when an entry has it), so the line says so and names the
+project this folder would be, as a host started here would see it (from the
+folder alone: a host's environment is not this shell's).
+
 The passphrase comes from SQUIRREL_PASSPHRASE, else from the OS keychain, else is
 asked on the terminal; the keychain's line says which, and whether the entry kept
 there still unlocks the account (squirrel_mcp.cli.keychain.state).
@@ -42,6 +49,7 @@ from squirrel_mcp.cli.unlock import (
     open_store,
 )
 from squirrel_mcp.core.config import Config, ConfigError, location
+from squirrel_mcp.core.projects import PROJECT_VARIABLE, ProjectError, session_project
 from squirrel_mcp.keys.crypto import WrongPassphraseError
 from squirrel_mcp.plugins.checks import Check
 from squirrel_mcp.plugins.manager import DEFAULT_PLUGINS, get_plugin_manager, load_plugins, one_plugin_caller
@@ -193,6 +201,7 @@ def check_hosts(config: Config, environ: dict[str, str]) -> list[Check]:
     With no entry anywhere, the one check of `check_host_command`.
     """
     cwd = Path.cwd()
+    here = folder_project(cwd)
     checks: list[Check] = []
     seen: set[Path] = set()
     entries = 0
@@ -213,15 +222,18 @@ def check_hosts(config: Config, environ: dict[str, str]) -> list[Check]:
         if unreadable is not None:
             detail = f"{unreadable.path} {unreadable.problem}"
             checks.append(Check("host config", not unreadable.fix, detail, unreadable.fix))
-        checks += [check_entry(entry, environ) for entry in found]
+        checks += [check_entry(entry, environ, here) for entry in found]
         entries += len(found)
     if not entries:
         checks.append(check_host_command(config, found=len(seen)))
     return checks
 
 
-def check_entry(entry: hosts.Entry, environ: Mapping[str, str]) -> Check:
-    """An entry's command can be run (which one it runs), and where its passphrase comes from."""
+def check_entry(entry: hosts.Entry, environ: Mapping[str, str], here: str = "") -> Check:
+    """An entry's command can be run (which one it runs), where its passphrase comes from, its project.
+
+    `here`: the project a host started in this folder would be in, as `folder_project` says it.
+    """
     this_command, this_args = server_command()
     use_this = f'set "command" to {json.dumps(this_command)}'
     if this_args:
@@ -255,7 +267,44 @@ def check_entry(entry: hosts.Entry, environ: Mapping[str, str]) -> Check:
         runs += "; a relative path, found from this directory, which a host may not start it in"
     said, fix = PASSPHRASE_SAID[entry.passphrase]
     fixes += [fix] if fix else []
-    return Check("host config", not fixes, f"{head} {runs}; {said}", "; ".join(fixes))
+    project, project_fix = project_said(entry, here)
+    fixes += [project_fix] if project_fix else []
+    return Check("host config", not fixes, f"{head} {runs}; {said}; {project}", "; ".join(fixes))
+
+
+def folder_project(folder: Path) -> str:
+    """The project of a host started in `folder`, from the folder alone, as a line says it."""
+    try:
+        project = session_project({}, folder)
+    except ProjectError:
+        return f"a project its path cannot name (so set {PROJECT_VARIABLE})"
+    except OSError:
+        return "not known (the folder cannot be read)"
+    return "none" if project is None else project
+
+
+def project_said(entry: hosts.Entry, here: str) -> tuple[str, str]:
+    """Which project the entry's host will be in, and the fix when its SQUIRREL_PROJECT is wrong."""
+    value = entry.project
+    fix = f"correct {PROJECT_VARIABLE} in its env (a name, or empty for none), or remove it: the folder says"
+    if isinstance(value, str) and "${" in value:
+        # VS Code fills in its variables (${workspaceFolder}, an input) as it starts the server.
+        return f"project: what the host puts in {PROJECT_VARIABLE} (its env holds a ${{...}} variable)", ""
+    if isinstance(value, str):
+        try:
+            project = session_project({PROJECT_VARIABLE: value}, Path.cwd())
+        except ProjectError as error:
+            return f"project: {error} (in its env)", fix
+        return f"project: {project or 'none'} ({PROJECT_VARIABLE} in its env)", ""
+    if value is not None:
+        return f"project: {PROJECT_VARIABLE} in its env is not text", fix
+    if entry.cwd is not None and os.path.isabs(entry.cwd) and os.path.isdir(entry.cwd):
+        return f"project: {folder_project(Path(entry.cwd))} (that of its cwd)", ""
+    return (
+        "project: that of the folder the host starts it in, which its config does not say "
+        f"(started in this folder: {here})",
+        "",
+    )
 
 
 LAUNCHED_BY = {"uvx": "uv (it provides uvx)", "pipx run": "pipx"}

@@ -5,10 +5,10 @@ Cursor, VS Code, Codex; the project files of Cursor and VS Code from the current
 directory) and finds each entry that runs squirrel-mcp: one named as `init`'s
 block names it, or whose command or arguments name squirrel-mcp.
 
-Only names are kept of an entry's `env`, never a value: the file holds the
-passphrase. A file is read only when it is a regular file of at most
-MAX_CONFIG_BYTES; a file that does not parse is reported by its line and column,
-never by its content.
+Only names are kept of an entry's `env`, never a value (the file holds the
+passphrase), except SQUIRREL_PROJECT's: a project's name, which doctor says. A
+file is read only when it is a regular file of at most MAX_CONFIG_BYTES; a file
+that does not parse is reported by its line and column, never by its content.
 """
 
 from __future__ import annotations
@@ -58,13 +58,20 @@ class Passphrase(Enum):
 
 @dataclass(frozen=True)
 class Entry:
-    """A squirrel-mcp entry of a host's config: its command and arguments, not its env."""
+    """A squirrel-mcp entry of a host's config: its command and arguments, not its env.
+
+    `project` is SQUIRREL_PROJECT in its env as the file has it (None: absent or null, which
+    VS Code reads as unset; any other JSON or TOML value as parsed); `cwd` is the folder its
+    config says the host starts it in (Codex's entries may have the key), when it is text.
+    """
 
     where: str
     name: str
     command: str | None
     args: list[str]
     passphrase: Passphrase
+    project: object = None
+    cwd: str | None = None
 
 
 @dataclass(frozen=True)
@@ -201,9 +208,18 @@ def _entries(servers: object, where: str) -> Iterator[Entry]:
         words = [command, *args] if isinstance(command, str) else args
         if name != ENTRY_NAME and not any(_names_squirrel(word) for word in words):
             continue
-        env = server.get("env")
-        value = env.get("SQUIRREL_PASSPHRASE") if isinstance(env, dict) else None
-        yield Entry(where, str(name), command if isinstance(command, str) else None, args, _passphrase(value))
+        given = server.get("env")
+        env = given if isinstance(given, dict) else {}
+        cwd = server.get("cwd")
+        yield Entry(
+            where,
+            str(name),
+            command if isinstance(command, str) else None,
+            args,
+            _passphrase(env.get("SQUIRREL_PASSPHRASE")),
+            env.get("SQUIRREL_PROJECT"),
+            cwd if isinstance(cwd, str) else None,
+        )
 
 
 def _names_squirrel(word: str) -> bool:

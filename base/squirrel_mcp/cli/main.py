@@ -14,8 +14,11 @@
                             reads the official memory server's JSONL instead (--skip-invalid:
                             import its valid lines, naming the others); --create makes a
                             missing vault (refused otherwise)
-    squirrel-mcp search Q   search your memories as an agent does (also: list, show ID; --json)
-    squirrel-mcp doctor     one line per check, each with its fix; exit 1 when any fails
+    squirrel-mcp search Q   search your memories as an agent does (also: list, show ID; --json;
+                            --project NAME, "" or "*": every project unless said)
+    squirrel-mcp projects   the projects with their memories' counts, and the one this folder is in
+    squirrel-mcp doctor     one line per check, each with its fix, and the project each host's
+                            config will be in; exit 1 when any fails
                             (--accept-log: accept the memory log as it is now, after its check failed)
     squirrel-mcp ui         a page on 127.0.0.1 to see, search, correct and forget memories
     squirrel-mcp --version
@@ -36,17 +39,21 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import pluggy
 
 from squirrel_mcp import __version__
-from squirrel_mcp.cli import browse
+from squirrel_mcp.cli import browse, projects
 from squirrel_mcp.cli.bridge import NOT_TRIED
 from squirrel_mcp.cli.serve import cmd_browse, cmd_serve, cmd_ui
 from squirrel_mcp.core.config import Config
 from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.plugins.manager import get_plugin_manager, load_plugins, register_commands
+
+if TYPE_CHECKING:
+    # Only a name for argparse's own type (not subscriptable as the program runs).
+    Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -89,6 +96,32 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
         parser.add_subparsers(dest="command", parser_class=CommandParser),
     )
     commands.add_parser("serve", help="serve MCP over stdio (the default)")
+    _add_account_commands(commands)
+    _add_transfer_commands(commands)
+    browse.add_commands(commands)
+    projects.add_command(commands)
+    doctor = commands.add_parser(
+        "doctor",
+        help="check the settings, vault or sync server, passphrase, log, plugins and host command "
+        "(with the project each host will be in)",
+    )
+    doctor.add_argument(
+        "--accept-log",
+        action="store_true",
+        help="accept the memory log as it is now when its check failed (say, after restoring a backup): "
+        "this machine's checkpoint is set to it and writing resumes",
+    )
+    ui = commands.add_parser("ui", help="a page on 127.0.0.1 to see, search, correct and forget memories")
+    ui.add_argument("--port", type=int, default=0, help="the port to serve on (default: a free one)")
+    ui.add_argument("--no-browser", action="store_true", help="print the address, do not open a browser")
+    ui.set_defaults(run=lambda args: cmd_ui(args, pm))
+    if pm is not None:
+        register_commands(pm, commands)
+    return parser
+
+
+def _add_account_commands(commands: Commands) -> None:
+    """`init`, `keychain` and `passphrase`: the account and where its secrets are kept."""
     init = commands.add_parser(
         "init",
         help="create an encrypted vault (or an account on the sync server SQUIRREL_API_BASE_URL names) "
@@ -110,6 +143,15 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
         help="store: keep SQUIRREL_PASSPHRASE (or the one typed) once it unlocks the account; forget: "
         "remove the entries; status: say whether the entry there still unlocks the account",
     )
+    commands.add_parser(
+        "passphrase",
+        help="change the passphrase: asks the current one, then the new one twice (or reads "
+        "SQUIRREL_PASSPHRASE and SQUIRREL_NEW_PASSPHRASE); memories stay as they are",
+    )
+
+
+def _add_transfer_commands(commands: Commands) -> None:
+    """`export` and `import`: every memory with its history, out and in."""
     export = commands.add_parser("export", help="write every memory with its history as JSON")
     export.add_argument("-o", "--output", help="file to write (mode 0600); default: stdout")
     export.add_argument("--force", action="store_true", help="replace the output file if it exists")
@@ -135,28 +177,6 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
         help="create the vault if it does not exist (with SQUIRREL_PASSPHRASE); without it, a missing "
         "vault is refused",
     )
-    commands.add_parser(
-        "passphrase",
-        help="change the passphrase: asks the current one, then the new one twice (or reads "
-        "SQUIRREL_PASSPHRASE and SQUIRREL_NEW_PASSPHRASE); memories stay as they are",
-    )
-    browse.add_commands(commands)
-    doctor = commands.add_parser(
-        "doctor", help="check the settings, vault or sync server, passphrase, log, plugins and host command"
-    )
-    doctor.add_argument(
-        "--accept-log",
-        action="store_true",
-        help="accept the memory log as it is now when its check failed (say, after restoring a backup): "
-        "this machine's checkpoint is set to it and writing resumes",
-    )
-    ui = commands.add_parser("ui", help="a page on 127.0.0.1 to see, search, correct and forget memories")
-    ui.add_argument("--port", type=int, default=0, help="the port to serve on (default: a free one)")
-    ui.add_argument("--no-browser", action="store_true", help="print the address, do not open a browser")
-    ui.set_defaults(run=lambda args: cmd_ui(args, pm))
-    if pm is not None:
-        register_commands(pm, commands)
-    return parser
 
 
 def main(argv: list[str] | None = None, bridged: str | None = NOT_TRIED) -> int:
@@ -204,11 +224,23 @@ def run_command(
         return _run_import(args, config)
     if args.command in ("search", "list", "show"):
         return cmd_browse(config, pm, args)
+    if args.command == "projects":
+        return _run_projects(args, config)
     if args.command == "doctor":
         from squirrel_mcp.cli import doctor
 
         return doctor.run(config, accept_log=args.accept_log)
     return cmd_serve(config, pm, bridged)
+
+
+def _run_projects(args: argparse.Namespace, config: Config) -> int:
+    from squirrel_mcp.cli.unlock import open_store
+
+    store = open_store(config, create=False)
+    try:
+        return projects.run(store, as_json=args.json)
+    finally:
+        store.close()
 
 
 def _run_import(args: argparse.Namespace, config: Config) -> int:
