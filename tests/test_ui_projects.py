@@ -331,6 +331,7 @@ def test_move_a_selection_in_chromium(browser: Browser, vault_env: dict[str, str
         assert moved_row.locator("del").inner_text() == API
         assert moved_row.locator("ins").inner_text() == WEB
         assert page.locator("#memory a.project").inner_text() == WEB
+        screenshot(page, "projects-history")
         # The undo moves each back where it was (one to the API, one to none).
         page.goto(result)
         page.click("#undo button[type=submit]")

@@ -186,15 +186,17 @@ def _state_forms(view: MemoryView) -> Html:
             id=view.latest.id,
             kept=kept,
         )
+    # The move and the delete share the narrow column beside the correction.
     return join(
         [
             _correct_form(view),
-            _move_form(view),
             html(
+                '<div class="side">{move}'
                 '<form class="delete" method="post" action="/memory/{id}/delete"><h2>Delete</h2>'
                 "<p>Search and the agent stop seeing it; its history stays and restoring undoes it.</p>"
                 '<label>Reason <input name="reason" placeholder="optional"></label>'
-                '<button type="submit" class="danger">Delete</button></form>',
+                '<button type="submit" class="danger">Delete</button></form></div>',
+                move=_move_form(view),
                 id=view.latest.id,
             ),
         ]

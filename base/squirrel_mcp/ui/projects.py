@@ -101,7 +101,7 @@ def move_fields(names: Sequence[str]) -> Html:
         html('<option value="{value}">{name}</option>', value=MOVE_TO + name, name=name) for name in names
     )
     return html(
-        '<span class="move"><label>Project <select name="to">'
+        '<span class="move"><label>Move to <select name="to">'
         '<option value="">choose…</option><option value="{none}">{no_project}</option>{options}'
         "</select></label>"
         '<label>or a new one <input name="new_project" maxlength="1000" placeholder="its name" '
