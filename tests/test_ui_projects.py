@@ -4,6 +4,9 @@ The filter and the move run in Debian's `chromium` (headless, through Playwright
 as tests/test_ui_browser.py runs the page; the move's and the add form's rules are
 checked with raw HTTP on the real `squirrel-mcp ui` process. After each step the
 vault, read through the library (not the page), holds exactly what the page shows.
+With SQUIRREL_UI_SCREENSHOTS=DIR the browser tests save the list with its projects,
+a move, its result and a moved memory's history as PNGs into DIR (docs/ui holds
+those of one run).
 """
 
 from __future__ import annotations
