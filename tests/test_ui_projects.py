@@ -27,7 +27,7 @@ from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager
 from squirrel_mcp.server.searching import run_search
 from tests.conftest import secrets_of_this_test
 from tests.test_ui_browser import CHROMIUM, open_page, screenshot, shown_cards, shown_history
-from tests.ui_support import FORM, create_vault, library, running_ui
+from tests.ui_support import FORM, Ui, create_vault, library, running_ui
 
 # Every test here starts `squirrel-mcp ui` (and a browser) in processes of their own.
 pytestmark = pytest.mark.process
@@ -35,9 +35,12 @@ pytestmark = pytest.mark.process
 API = "github.com/acme/api"
 WEB = "github.com/acme/web"
 MOVED = "moved to another project on the page"
+# The list's and the search's project filter.
+SELECT = "form.filters select[name=project]"
+BULK_RESULT = re.compile(r"/bulk\?outcome=[\w-]+$")
 
 try:
-    from playwright.sync_api import Browser, sync_playwright
+    from playwright.sync_api import Browser, Page, sync_playwright
 except ImportError:  # pragma: no cover - the lock files install it
     sync_playwright = None  # type: ignore[assignment]
 
@@ -206,89 +209,94 @@ def test_filter_by_project_in_chromium(browser: Browser, vault_env: dict[str, st
     context, page, problems = open_page(browser)
     with running_ui(vault_env, tmp_path) as ui:
         page.goto(ui.url)
-        # The default is every project; each card says its project.
-        with library(vault_env) as store:
-            assert shown_cards(page, "#memories") == live(store, API, WEB, None)
-            projects = {m.id: m.project for m in store.current()}
-        for memory_id, project in projects.items():
-            label = page.locator(f'#memories li[data-id="{memory_id}"] a.project')
-            assert label.inner_text() == (project or "no project")
-        select = "form.filters select[name=project]"
-        assert page.locator(f"{select} option").all_inner_texts() == [
-            "every project (7)",
-            "no project (2)",
-            f"{API} (3)",
-            f"{WEB} (2)",
-        ]
-        counted = page.locator("#project-counts li").all_inner_texts()
-        assert [" ".join(row.split()) for row in counted] == [
-            "no project 2",
-            f"{API} 3",
-            f"{WEB} 2",
-        ]
-        screenshot(page, "projects-list")
-        # None: the memories with no project alone.
-        page.select_option(select, "")
-        page.wait_for_url(re.compile(r"[?&]project=(&|$)"))
-        with library(vault_env) as store:
-            assert shown_cards(page, "#memories") == live(store, None)
-        # One project: its memories alone (not those with none).
-        page.select_option(select, API)
-        page.wait_for_url(re.compile(r"[?&]project=github\.com%2Facme%2Fapi"))
-        with library(vault_env) as store:
-            in_api = live(store, API)
-        assert shown_cards(page, "#memories") == in_api and len(in_api) == 3
-        assert page.input_value(select) == API
-        # Paging keeps the filter.
-        page.goto(f"{ui.origin}/?project={API}&limit=2")
-        assert shown_cards(page, "#memories") == in_api[:2]
-        page.click("nav.paging a[rel=next]")
-        page.wait_for_url(re.compile(r"offset=2"))
-        assert "project=github.com%2Facme%2Fapi" in page.url
-        assert shown_cards(page, "#memories") == in_api[2:]
-        assert page.input_value(select) == API
-        # A search from the header keeps it: the server's search in that project.
-        page.fill("#q", "deploy")
-        page.press("#q", "Enter")
-        page.wait_for_url(re.compile(r"/search\?"))
-        host = PluginHost(get_plugin_manager())
-        with library(vault_env) as store:
-            expected = run_search(
-                store, host, "deploy", limit=10, projects=frozenset({API}), now=datetime.now(UTC)
-            )
-        assert [hit.project for hit in expected.results] == [API] * 3
-        assert shown_cards(page, "#results") == [(hit.id, hit.text) for hit in expected.results]
-        search_select = "form.filters select[name=project]"
-        assert page.input_value(search_select) == API
-        # The search's own filter: none, then every project.
-        for choice, projects_read in (("", frozenset({None})), ("*", None)):
-            page.select_option(search_select, choice)
-            page.click("form.filters button[type=submit]")
-            page.wait_for_load_state()
-            with library(vault_env) as store:
-                expected = run_search(
-                    store, host, "deploy", limit=10, projects=projects_read, now=datetime.now(UTC)
-                )
-            assert shown_cards(page, "#results") == [(hit.id, hit.text) for hit in expected.results]
-            assert page.input_value(search_select) == choice
-        assert len(expected.results) == 7
-        # A card's project is a link to the list of that project; "no project" to those with none.
-        web_card = next(hit for hit in expected.results if hit.project == WEB)
-        page.click(f'#results li[data-id="{web_card.id}"] a.project')
-        page.wait_for_url(re.compile(r"/\?project=github\.com%2Facme%2Fweb$"))
-        with library(vault_env) as store:
-            assert shown_cards(page, "#memories") == live(store, WEB)
-        # The counts link to each project's list, "no project" first.
-        page.click("#project-counts li:first-child a")
-        page.wait_for_url(re.compile(r"/\?project=$"))
-        with library(vault_env) as store:
-            with_none = live(store, None)
-        assert shown_cards(page, "#memories") == with_none
-        # A memory's own page says its project.
-        page.goto(f"{ui.origin}/memory/{with_none[0][0]}")
-        assert page.locator("#memory a.project").inner_text() == "no project"
+        filter_the_list(page, ui, vault_env)
+        search_in_a_project(page, ui, vault_env)
     context.close()
     assert problems == []
+
+
+def filter_the_list(page: Page, ui: Ui, env: dict[str, str]) -> None:
+    """The list: every project by default, the select and the counts, none, one project, paging."""
+    with library(env) as store:
+        assert shown_cards(page, "#memories") == live(store, API, WEB, None)
+        projects = {m.id: m.project for m in store.current()}
+    for memory_id, project in projects.items():
+        label = page.locator(f'#memories li[data-id="{memory_id}"] a.project')
+        assert label.inner_text() == (project or "no project")
+    assert page.locator(f"{SELECT} option").all_inner_texts() == [
+        "every project (7)",
+        "no project (2)",
+        f"{API} (3)",
+        f"{WEB} (2)",
+    ]
+    counted = page.locator("#project-counts li").all_inner_texts()
+    assert [" ".join(row.split()) for row in counted] == ["no project 2", f"{API} 3", f"{WEB} 2"]
+    screenshot(page, "projects-list")
+    # None: the memories with no project alone.
+    page.select_option(SELECT, "")
+    page.wait_for_url(re.compile(r"[?&]project=(&|$)"))
+    with library(env) as store:
+        assert shown_cards(page, "#memories") == live(store, None)
+    # One project: its memories alone (not those with none).
+    page.select_option(SELECT, API)
+    page.wait_for_url(re.compile(r"[?&]project=github\.com%2Facme%2Fapi"))
+    with library(env) as store:
+        in_api = live(store, API)
+    assert shown_cards(page, "#memories") == in_api and len(in_api) == 3
+    assert page.input_value(SELECT) == API
+    # Paging keeps the filter.
+    page.goto(f"{ui.origin}/?project={API}&limit=2")
+    assert shown_cards(page, "#memories") == in_api[:2]
+    page.click("nav.paging a[rel=next]")
+    page.wait_for_url(re.compile(r"offset=2"))
+    assert "project=github.com%2Facme%2Fapi" in page.url
+    assert shown_cards(page, "#memories") == in_api[2:]
+    assert page.input_value(SELECT) == API
+
+
+def search_in_a_project(page: Page, ui: Ui, env: dict[str, str]) -> None:
+    """From the list filtered by a project: the header's search keeps it, the search's own filter; links."""
+    page.fill("#q", "deploy")
+    page.press("#q", "Enter")
+    page.wait_for_url(re.compile(r"/search\?"))
+    host = PluginHost(get_plugin_manager())
+    with library(env) as store:
+        expected = run_search(
+            store, host, "deploy", limit=10, projects=frozenset({API}), now=datetime.now(UTC)
+        )
+    assert [hit.project for hit in expected.results] == [API] * 3
+    assert shown_cards(page, "#results") == [(hit.id, hit.text) for hit in expected.results]
+    assert page.input_value(SELECT) == API
+    # The search's own filter: none, then every project.
+    for choice, in_url, projects_read in (
+        ("", r"[?&]project=(&|$)", frozenset({None})),
+        ("*", r"[?&]project=(\*|%2A)(&|$)", None),
+    ):
+        page.select_option(SELECT, choice)
+        page.click("form.filters button[type=submit]")
+        page.wait_for_url(re.compile(in_url))
+        with library(env) as store:
+            expected = run_search(
+                store, host, "deploy", limit=10, projects=projects_read, now=datetime.now(UTC)
+            )
+        assert shown_cards(page, "#results") == [(hit.id, hit.text) for hit in expected.results]
+        assert page.input_value(SELECT) == choice
+    assert len(expected.results) == 7
+    # A card's project is a link to the list of that project.
+    web_card = next(hit for hit in expected.results if hit.project == WEB)
+    page.click(f'#results li[data-id="{web_card.id}"] a.project')
+    page.wait_for_url(re.compile(r"/\?project=github\.com%2Facme%2Fweb$"))
+    with library(env) as store:
+        assert shown_cards(page, "#memories") == live(store, WEB)
+    # The counts link to each project's list, "no project" first.
+    page.click("#project-counts li:first-child a")
+    page.wait_for_url(re.compile(r"/\?project=$"))
+    with library(env) as store:
+        with_none = live(store, None)
+    assert shown_cards(page, "#memories") == with_none
+    # A memory's own page says its project.
+    page.goto(f"{ui.origin}/memory/{with_none[0][0]}")
+    assert page.locator("#memory a.project").inner_text() == "no project"
 
 
 def test_move_a_selection_in_chromium(browser: Browser, vault_env: dict[str, str], tmp_path: Path) -> None:
@@ -302,88 +310,98 @@ def test_move_a_selection_in_chromium(browser: Browser, vault_env: dict[str, str
     context, page, problems = open_page(browser)
     with running_ui(vault_env, tmp_path) as ui:
         page.goto(ui.url)
-        # Tick one of the API and the one with none; move them to the web project.
-        page.check(f'#memories li[data-id="{first.id}"] input.pick')
-        page.check(f'#memories li[data-id="{third.id}"] input.pick')
-        page.select_option("#bulk select[name=to]", f"project:{WEB}")
-        screenshot(page, "projects-move")
-        page.click("#bulk button[value=move]")
-        page.wait_for_url(re.compile(r"/bulk\?outcome=[\w-]+$"))
-        assert page.inner_text("#bulk-result h1") == f"2 memories moved to {WEB}"
-        with library(vault_env) as store:
-            for memory in (first, third):
-                latest = store.get(memory.id)
-                assert (latest.project, latest.revision, latest.change, latest.reason) == (
-                    WEB,
-                    2,
-                    "corrected",
-                    MOVED,
-                )
-                assert (latest.text, latest.category) == (memory.text, memory.category)
-            assert store.get(second.id).revision == 1 and store.get(fourth.id).revision == 1
-        assert sorted(page.locator("#done a.project").all_inner_texts()) == [WEB, WEB]
-        screenshot(page, "projects-moved")
-        # The move is in the history: the project it left, and where it went.
-        result = page.url
-        page.goto(f"{ui.origin}/memory/{first.id}")
-        with library(vault_env) as store:
-            history = store.history(first.id)
-        assert shown_history(page) == [(r.revision, r.change, r.reason) for r in history]
-        moved_row = page.locator('#history li[data-revision="2"] table.diff')
-        assert moved_row.locator("th").all_inner_texts()[3:] == ["project"]
-        assert moved_row.locator("del").inner_text() == API
-        assert moved_row.locator("ins").inner_text() == WEB
-        assert page.locator("#memory a.project").inner_text() == WEB
-        screenshot(page, "projects-history")
-        # The undo moves each back where it was (one to the API, one to none).
-        page.goto(result)
-        page.click("#undo button[type=submit]")
-        page.wait_for_url(re.compile(r"/bulk\?outcome=[\w-]+$"))
-        assert page.inner_text("#bulk-result h1") == "2 memories moved back"
-        with library(vault_env) as store:
-            assert (store.get(first.id).project, store.get(first.id).revision) == (API, 3)
-            assert (store.get(third.id).project, store.get(third.id).revision) == (None, 3)
-            assert [r.project for r in store.history(third.id)] == [None, WEB, None]
-        # A new project, typed; Enter in its field presses Move (ui.js), not the bar's first button.
-        page.goto(f"{ui.origin}/")
-        page.check(f'#memories li[data-id="{second.id}"] input.pick')
-        page.fill("#bulk input[name=new_project]", "notes/kitchen")
-        secrets_of_this_test().add(["notes/kitchen"])
-        page.press("#bulk input[name=new_project]", "Enter")
-        page.wait_for_url(re.compile(r"/bulk\?outcome=[\w-]+$"))
-        assert page.inner_text("#bulk-result h1") == "1 memory moved to notes/kitchen"
-        with library(vault_env) as store:
-            assert (store.get(second.id).project, store.get(second.id).revision) == ("notes/kitchen", 2)
-        page.goto(f"{ui.origin}/")
-        assert (
-            "notes/kitchen (1)" in page.locator("form.filters select[name=project] option").all_inner_texts()
-        )
-        # One memory from its own page, to none.
-        page.goto(f"{ui.origin}/memory/{fourth.id}")
-        page.select_option("#move select[name=to]", "none")
-        page.click("#move button[value=move]")
-        page.wait_for_url(re.compile(r"/bulk\?outcome=[\w-]+$"))
-        assert page.inner_text("#bulk-result h1") == "1 memory moved to no project"
-        with library(vault_env) as store:
-            assert (store.get(fourth.id).project, store.get(fourth.id).revision) == (None, 2)
-        # Refused: "*" is every project, no one's name; the rule shows next to the bar, nothing moves.
-        page.goto(f"{ui.origin}/")
-        page.check(f'#memories li[data-id="{first.id}"] input.pick')
-        page.fill("#bulk input[name=new_project]", "*")
-        page.click("#bulk button[value=move]")
-        page.wait_for_url(re.compile(r"/\?outcome=[\w-]+$"))
-        box = page.locator("div.problems:has(+ form#bulk)")
-        assert "new project" in box.inner_text() and "means every project" in box.inner_text()
-        # Already there: that memory is listed with the reason, the others moved.
-        page.check(f'#memories li[data-id="{first.id}"] input.pick')
-        page.check(f'#memories li[data-id="{fourth.id}"] input.pick')
-        page.select_option("#bulk select[name=to]", f"project:{API}")
-        page.click("#bulk button[value=move]")
-        page.wait_for_url(re.compile(r"/bulk\?outcome=[\w-]+$"))
-        assert page.inner_text("#bulk-result h1") == f"1 memory moved to {API}"
-        refusal = page.locator(f'#refused li[data-id="{first.id}"] .refusal').inner_text()
-        assert refusal == "it is in this project already"
-        with library(vault_env) as store:
-            assert store.get(first.id).revision == 3 and store.get(fourth.id).project == API
+        move_and_move_back(page, ui, vault_env, (first, second, third, fourth))
+        move_elsewhere_and_refusals(page, ui, vault_env, (first, second, third, fourth))
     context.close()
     assert problems == []
+
+
+def move_and_move_back(page: Page, ui: Ui, env: dict[str, str], saved: tuple[Revision, ...]) -> None:
+    """Two memories of two projects moved to a third, the move in the history, then the undo."""
+    first, second, third, fourth = saved
+    # Tick one of the API and the one with none; move them to the web project.
+    page.check(f'#memories li[data-id="{first.id}"] input.pick')
+    page.check(f'#memories li[data-id="{third.id}"] input.pick')
+    page.select_option("#bulk select[name=to]", f"project:{WEB}")
+    screenshot(page, "projects-move")
+    page.click("#bulk button[value=move]")
+    page.wait_for_url(BULK_RESULT)
+    assert page.inner_text("#bulk-result h1") == f"2 memories moved to {WEB}"
+    with library(env) as store:
+        for memory in (first, third):
+            latest = store.get(memory.id)
+            assert (latest.project, latest.revision, latest.change, latest.reason) == (
+                WEB,
+                2,
+                "corrected",
+                MOVED,
+            )
+            assert (latest.text, latest.category) == (memory.text, memory.category)
+        assert store.get(second.id).revision == 1 and store.get(fourth.id).revision == 1
+    assert sorted(page.locator("#done a.project").all_inner_texts()) == [WEB, WEB]
+    screenshot(page, "projects-moved")
+    # The move is in the history: the project it left, and where it went.
+    result = page.url
+    page.goto(f"{ui.origin}/memory/{first.id}")
+    with library(env) as store:
+        history = store.history(first.id)
+    assert shown_history(page) == [(r.revision, r.change, r.reason) for r in history]
+    moved_row = page.locator('#history li[data-revision="2"] table.diff')
+    assert moved_row.locator("th").all_inner_texts()[3:] == ["project"]
+    assert moved_row.locator("del").inner_text() == API
+    assert moved_row.locator("ins").inner_text() == WEB
+    assert page.locator("#memory a.project").inner_text() == WEB
+    screenshot(page, "projects-history")
+    # The undo moves each back where it was (one to the API, one to none).
+    page.goto(result)
+    page.click("#undo button[type=submit]")
+    page.wait_for_url(BULK_RESULT)
+    assert page.inner_text("#bulk-result h1") == "2 memories moved back"
+    with library(env) as store:
+        assert (store.get(first.id).project, store.get(first.id).revision) == (API, 3)
+        assert (store.get(third.id).project, store.get(third.id).revision) == (None, 3)
+        assert [r.project for r in store.history(third.id)] == [None, WEB, None]
+
+
+def move_elsewhere_and_refusals(page: Page, ui: Ui, env: dict[str, str], saved: tuple[Revision, ...]) -> None:
+    """A new project typed, one memory to none from its page, "*" refused, one already there."""
+    first, second, _, fourth = saved
+    # A new project, typed; Enter in its field presses Move (ui.js), not the bar's first button.
+    page.goto(f"{ui.origin}/")
+    page.check(f'#memories li[data-id="{second.id}"] input.pick')
+    page.fill("#bulk input[name=new_project]", "notes/kitchen")
+    secrets_of_this_test().add(["notes/kitchen"])
+    page.press("#bulk input[name=new_project]", "Enter")
+    page.wait_for_url(BULK_RESULT)
+    assert page.inner_text("#bulk-result h1") == "1 memory moved to notes/kitchen"
+    with library(env) as store:
+        assert (store.get(second.id).project, store.get(second.id).revision) == ("notes/kitchen", 2)
+    page.goto(f"{ui.origin}/")
+    assert "notes/kitchen (1)" in page.locator(f"{SELECT} option").all_inner_texts()
+    # One memory from its own page, to none.
+    page.goto(f"{ui.origin}/memory/{fourth.id}")
+    page.select_option("#move select[name=to]", "none")
+    page.click("#move button[value=move]")
+    page.wait_for_url(BULK_RESULT)
+    assert page.inner_text("#bulk-result h1") == "1 memory moved to no project"
+    with library(env) as store:
+        assert (store.get(fourth.id).project, store.get(fourth.id).revision) == (None, 2)
+    # Refused: "*" is every project, no one's name; the rule shows next to the bar, nothing moves.
+    page.goto(f"{ui.origin}/")
+    page.check(f'#memories li[data-id="{first.id}"] input.pick')
+    page.fill("#bulk input[name=new_project]", "*")
+    page.click("#bulk button[value=move]")
+    page.wait_for_url(re.compile(r"/\?outcome=[\w-]+$"))
+    box = page.locator("div.problems:has(+ form#bulk)")
+    assert "new project" in box.inner_text() and "means every project" in box.inner_text()
+    # Already there: that memory is listed with the reason, the other moved.
+    page.check(f'#memories li[data-id="{first.id}"] input.pick')
+    page.check(f'#memories li[data-id="{fourth.id}"] input.pick')
+    page.select_option("#bulk select[name=to]", f"project:{API}")
+    page.click("#bulk button[value=move]")
+    page.wait_for_url(BULK_RESULT)
+    assert page.inner_text("#bulk-result h1") == f"1 memory moved to {API}"
+    refusal = page.locator(f'#refused li[data-id="{first.id}"] .refusal').inner_text()
+    assert refusal == "it is in this project already"
+    with library(env) as store:
+        assert store.get(first.id).revision == 3 and store.get(fourth.id).project == API
