@@ -354,6 +354,7 @@ def move_and_move_back(page: Page, ui: Ui, env: dict[str, str], saved: tuple[Rev
     screenshot(page, "projects-history")
     # The undo moves each back where it was (one to the API, one to none).
     page.goto(result)
+    assert page.inner_text("#undo button[type=submit]") == "Move these 2 memories back"
     page.click("#undo button[type=submit]")
     page.wait_for_url(BULK_RESULT)
     assert page.inner_text("#bulk-result h1") == "2 memories moved back"
@@ -361,6 +362,16 @@ def move_and_move_back(page: Page, ui: Ui, env: dict[str, str], saved: tuple[Rev
         assert (store.get(first.id).project, store.get(first.id).revision) == (API, 3)
         assert (store.get(third.id).project, store.get(third.id).revision) == (None, 3)
         assert [r.project for r in store.history(third.id)] == [None, WEB, None]
+    # Moving back what was moved back takes each where the first move had, and back again.
+    for revision, projects in ((4, (WEB, WEB)), (5, (API, None))):
+        page.click("#undo button[type=submit]")
+        page.wait_for_url(BULK_RESULT)
+        assert page.inner_text("#bulk-result h1") == "2 memories moved back"
+        with library(env) as store:
+            assert [(store.get(m.id).project, store.get(m.id).revision) for m in (first, third)] == [
+                (projects[0], revision),
+                (projects[1], revision),
+            ]
 
 
 def move_elsewhere_and_refusals(page: Page, ui: Ui, env: dict[str, str], saved: tuple[Revision, ...]) -> None:
@@ -404,4 +415,4 @@ def move_elsewhere_and_refusals(page: Page, ui: Ui, env: dict[str, str], saved: 
     refusal = page.locator(f'#refused li[data-id="{first.id}"] .refusal').inner_text()
     assert refusal == "it is in this project already"
     with library(env) as store:
-        assert store.get(first.id).revision == 3 and store.get(fourth.id).project == API
+        assert store.get(first.id).revision == 5 and store.get(fourth.id).project == API

@@ -85,9 +85,8 @@ def _undo_form(outcome: BulkOutcome) -> Html:
         "delete": f"Delete these {memories(len(outcome.done))} again",
         "untag": "Remove the tag again",
         "tag": "Add the tag back",
-        "move-back": f"Move these {memories(len(outcome.done))} back"
-        if outcome.action == "move"
-        else "Move them again",
+        # After a move back too: each goes back to the project it was in before.
+        "move-back": f"Move these {memories(len(outcome.done))} back",
     }
     picks = join(
         html('<input type="hidden" name="pick" value="{id}:{revision}">', id=memory_id, revision=revision)
