@@ -125,6 +125,17 @@ def test_the_move_is_refused_by_the_tools_rules_and_writes_nothing(
             assert f"<b>{name}</b>: " in box.group(1) and rule in box.group(1), (fields, box.group(1))
             # The value typed is never echoed.
             assert "x" * 1001 not in shown and f"{secret_name}\nplans" not in shown
+        # A move back names the revision a move wrote: one that moved nothing has nothing to undo.
+        status, headers, _ = ui.request(
+            "POST",
+            "/bulk",
+            headers={**session, **FORM, "Origin": ui.origin},
+            body=f"pick={second.id}:1&action=move-back".encode(),
+        )
+        assert status == 303 and headers["location"].startswith("/bulk?outcome=")
+        status, _, page = ui.request("GET", headers["location"], headers=session)
+        assert status == 200 and "<h1>0 memories moved back</h1>" in page
+        assert "its revision 1 did not move it: nothing to move back" in page
         # Without this page's Origin (another site's form), refused before any rule is read.
         status, _, body_text = ui.request(
             "POST", "/bulk", headers={**session, **FORM}, body=f"{picks}&action=move&to=none".encode()
