@@ -7,7 +7,7 @@ from urllib.parse import parse_qsl
 import pytest
 
 from squirrel_mcp.search import bm25
-from squirrel_mcp.ui import forms
+from squirrel_mcp.ui import forms, selection
 from squirrel_mcp.ui.duplicates import groups
 from tests.ui_support import create_vault, library, save
 
@@ -50,7 +50,7 @@ def pairs(query: str) -> list[tuple[str, str]]:
 
 def test_the_bulk_form_names_the_rule_it_breaks() -> None:
     one, two = "0123456789abcdef", "fedcba9876543210"
-    bulk = forms.bulk(pairs(f"action=tag&tag=+chores+&pick={one}:3&pick={two}:1&pick={one}:3"))
+    bulk = selection.bulk(pairs(f"action=tag&tag=+chores+&pick={one}:3&pick={two}:1&pick={one}:3"))
     assert (bulk.action, bulk.tag, bulk.picks) == ("tag", "chores", [(one, 3), (two, 1)])
     cases = [
         ("action=delete", "pick", "tick at least one memory"),
@@ -60,14 +60,14 @@ def test_the_bulk_form_names_the_rule_it_breaks() -> None:
         (f"action=untag&tag=&pick={one}:1", "tag", "give the tag"),
         (f"action=tag&tag={'t' * 65}&pick={one}:1", "tag", "at most 64 characters"),
         (
-            "action=delete&" + "&".join(f"pick={n:016x}:1" for n in range(forms.MAX_PICKS + 1)),
+            "action=delete&" + "&".join(f"pick={n:016x}:1" for n in range(selection.MAX_PICKS + 1)),
             "pick",
             "at most",
         ),
     ]
     for query, field, rule in cases:
         with pytest.raises(forms.FormError) as refused:
-            forms.bulk(pairs(query))
+            selection.bulk(pairs(query))
         assert any(name == field and rule in why for name, why in refused.value.problems), (
             query[:40],
             refused,

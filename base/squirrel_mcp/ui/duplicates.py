@@ -14,8 +14,9 @@ from datetime import datetime
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.core.models import Revision
 from squirrel_mcp.search import bm25
+from squirrel_mcp.ui.bulk_page import bulk_bar
+from squirrel_mcp.ui.cards import memory_card
 from squirrel_mcp.ui.html import Html, html, join
-from squirrel_mcp.ui.pages import bulk_bar, memory_card
 
 
 def groups(store: MemoryStore) -> list[list[Revision]]:
@@ -52,8 +53,11 @@ def groups(store: MemoryStore) -> list[list[Revision]]:
     return grouped
 
 
-def duplicates_page(found: Sequence[Sequence[Revision]], *, now: datetime) -> Html:
-    """Each group as a list of cards that can be ticked, under the bar that acts on the ticked ones."""
+def duplicates_page(found: Sequence[Sequence[Revision]], *, now: datetime, projects: Sequence[str]) -> Html:
+    """Each group as a list of cards that can be ticked, under the bar that acts on the ticked ones.
+
+    `projects`: the projects the bar can move them to.
+    """
     if not found:
         body = Html(
             '<p class="empty" id="no-duplicates">No duplicates: no two memories share half their words.</p>'
@@ -74,6 +78,6 @@ def duplicates_page(found: Sequence[Sequence[Revision]], *, now: datetime) -> Ht
         '<p class="shown">Memories that share at least half their words, as the agent is told when it '
         "saves one. Keep one of each group: tick the others and delete them, or open one to correct it."
         "</p>{bar}{groups}</section>",
-        bar=bulk_bar() if found else Html(""),
+        bar=bulk_bar(projects) if found else Html(""),
         groups=body,
     )

@@ -23,7 +23,8 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from squirrel_mcp.book.transfer import export_json
-from squirrel_mcp.ui import forms, pages
+from squirrel_mcp.ui import forms
+from squirrel_mcp.ui.cards import problems_box
 from squirrel_mcp.ui.html import html
 from squirrel_mcp.ui.page import Page
 
@@ -67,7 +68,7 @@ class Export:
         refusal = REFUSALS.get(request.query_params.get("refused", ""))
         if self.wrong >= MAX_WRONG:
             refusal = REFUSALS["closed"]
-        problems = pages.problems_box([refusal] if refusal else [], outcome=NOT_EXPORTED)
+        problems = problems_box([refusal] if refusal else [], outcome=NOT_EXPORTED)
         return self.page.render("Export", html(FORM, problems=problems))
 
     async def download(self, request: Request) -> Response:

@@ -6,16 +6,17 @@ never the value (it may be memory text); nothing is written then.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from typing import Annotated, Any, TypeVar, cast
+from typing import Annotated, Any, TypeVar
 from urllib.parse import parse_qsl
 
 from pydantic import Field, TypeAdapter, ValidationError
 from starlette.requests import Request
 
 from squirrel_mcp.core.models import (
+    EVERY_PROJECT,
     MAX_KEYWORDS,
+    MAX_PROJECT,
     MAX_TAGS,
     MAX_TEXT,
     Category,
@@ -27,7 +28,7 @@ from squirrel_mcp.core.models import (
     Tag,
     Tags,
 )
-from squirrel_mcp.ui.outcomes import BulkAction
+from squirrel_mcp.core.projects import ProjectError, project_name
 
 # The largest correction form, every character 4 bytes of UTF-8 sent as %XX, is under
 # 100 KiB; a body far above that is not this page's form.
@@ -109,6 +110,36 @@ def words(values: list[str]) -> str:
     return ", ".join(values)
 
 
+def project_scope(checker: Checker, value: str | None) -> str:
+    """A list's or a search's `project` parameter: EVERY_PROJECT (also when absent), "" for none, or a name.
+
+    The page filters as the tools' `project` argument reads ("*" every project, "" none),
+    except that a name is that project's memories alone: a person sorting memories
+    wants to see one project, not it mixed with those that hold everywhere.
+    """
+    if value is None or value.strip() == EVERY_PROJECT:
+        return EVERY_PROJECT
+    name = named_project(checker, "project", value)
+    return "" if name is None else name
+
+
+def named_project(checker: Checker, label: str, value: str) -> str | None:
+    """`value` as a project, by the tools' rules (None: none, for a blank one); a problem when it is none."""
+    try:
+        return project_name(value)
+    except ProjectError as error:
+        # ProjectError names the rule, never the value.
+        checker.fail(label, str(error))
+        return None
+
+
+def projects_in(scope: str) -> frozenset[str | None] | None:
+    """The projects a `project_scope` reads (None in it: the memories with no project; None: every one)."""
+    if scope == EVERY_PROJECT:
+        return None
+    return frozenset({scope or None})
+
+
 async def read_pairs(request: Request, *, max_fields: int = MAX_FIELDS) -> list[tuple[str, str]]:
     """An application/x-www-form-urlencoded body as its (name, value) pairs, in order.
 
@@ -148,12 +179,16 @@ class ListFilters:
     deleted: bool = False
     offset: int = 0
     limit: int = LIST_PAGE
+    #: A `project_scope`: EVERY_PROJECT, "" (none) or a project's name.
+    project: str = EVERY_PROJECT
 
     def accepts(self, memory: Revision) -> bool:
-        """Whether `memory` passes the category, tags and entity filters."""
+        """Whether `memory` passes the category, tags, entity and project filters."""
         held = {tag.casefold() for tag in memory.tags}
+        projects = projects_in(self.project)
         return (
             (self.category is None or memory.category == self.category)
+            and (projects is None or memory.project in projects)
             and all(tag.casefold() in held for tag in self.tags)
             and (self.entity is None or memory.entity.casefold() == self.entity.casefold())
         )
@@ -167,8 +202,14 @@ class ListFilters:
             "deleted": "1" if self.deleted else "",
             "offset": str(self.offset),
             "limit": str(self.limit),
+            "project": self.project,
         } | {name: str(value) for name, value in changes.items()}
-        return {name: value for name, value in values.items() if value and value != "0"}
+        # "" is a project filter too (the memories with none); every project is the default.
+        return {
+            name: value
+            for name, value in values.items()
+            if (value != EVERY_PROJECT if name == "project" else value and value != "0")
+        }
 
 
 def list_filters(params: dict[str, str]) -> ListFilters:
@@ -184,6 +225,7 @@ def list_filters(params: dict[str, str]) -> ListFilters:
         deleted=params.get("deleted") == "1",
         offset=checker.check("offset", OFFSET, params.get("offset") or "0") or 0,
         limit=checker.check("limit", LIST_LIMIT, params.get("limit") or str(LIST_PAGE)) or LIST_PAGE,
+        project=project_scope(checker, params.get("project")),
     )
     checker.done()
     return filters
@@ -198,6 +240,8 @@ class SearchForm:
     tags: tuple[str, ...] = ()
     near_misses: bool = False
     limit: int = 10
+    #: A `project_scope`, as the list's.
+    project: str = EVERY_PROJECT
 
 
 def search_form(params: dict[str, str]) -> SearchForm:
@@ -211,6 +255,7 @@ def search_form(params: dict[str, str]) -> SearchForm:
         tags=tuple(tags or ()),
         near_misses=params.get("near") == "1",
         limit=checker.check("limit", SEARCH_LIMIT, params.get("limit") or "10") or 10,
+        project=project_scope(checker, params.get("project")),
     )
     checker.done()
     return form
@@ -297,6 +342,7 @@ class NewMemory:
     category: Category
     tags: list[str]
     keywords: list[str]
+    project: str | None = None
 
 
 def new_memory(form: dict[str, str]) -> NewMemory:
@@ -307,61 +353,18 @@ def new_memory(form: dict[str, str]) -> NewMemory:
     category = checker.check("category", CATEGORY, form.get("category", "") or "note")
     tags = checker.check("tags", TAGS, split_list(form.get("tags", "")))
     keywords = checker.check("keywords", KEYWORDS, split_list(form.get("keywords", "")))
+    # Blank: no project, as save_memory's "" (the page has no session, so none is the default).
+    project = named_project(checker, "project", form.get("project", ""))
     checker.done()
     assert text is not None
     assert entity is not None
     assert category is not None
-    return NewMemory(text, entity, category, tags or [], keywords or [])
+    return NewMemory(text, entity, category, tags or [], keywords or [], project)
 
 
 def new_memory_values(form: dict[str, str]) -> dict[str, str]:
     """The fields of the add form that come back into it (a body's other names are dropped)."""
-    return {name: form[name] for name in FIELDS if name in form}
-
-
-# The largest bulk form: a whole page of the list picked, and the bar's few fields.
-MAX_PICKS = MAX_LIST_LIMIT
-MAX_BULK_FIELDS = MAX_PICKS + 10
-BULK_ACTIONS = ("delete", "restore", "tag", "untag")
-PICK = re.compile(r"([0-9a-f]{16}):([0-9]{1,9})")
-
-
-@dataclass(frozen=True)
-class Bulk:
-    """An action on several memories: which, each with the revision its checkbox was rendered from."""
-
-    action: BulkAction
-    picks: list[tuple[str, int]]
-    tag: str | None = None
-
-
-def bulk(pairs: list[tuple[str, str]]) -> Bulk:
-    """The bulk bar's form (repeated `pick` fields, "<id>:<revision>"); FormError when a rule is broken."""
-    checker = Checker()
-    form: dict[str, str] = {}
-    picks: list[tuple[str, int]] = []
-    for name, value in pairs:
-        if name != "pick":
-            form.setdefault(name, value)
-        elif (found := PICK.fullmatch(value)) is None:
-            checker.fail("pick", "each must be a memory id and a revision, as the list renders them")
-        elif (pick := (found.group(1), int(found.group(2)))) not in picks:
-            picks.append(pick)
-    action = form.get("action", "")
-    if action not in BULK_ACTIONS:
-        checker.fail("action", f"must be one of {', '.join(BULK_ACTIONS)}")
-    if not picks:
-        checker.fail("pick", "tick at least one memory")
-    elif len(picks) > MAX_PICKS:
-        checker.fail("pick", f"at most {MAX_PICKS} memories at once")
-    tag = None
-    if action in ("tag", "untag"):
-        if not form.get("tag", "").strip():
-            checker.fail("tag", "give the tag to add or remove")
-        else:
-            tag = checker.check("tag", TAG, form["tag"].strip())
-    checker.done()
-    return Bulk(cast(BulkAction, action), picks, tag)
+    return {name: form[name] for name in (*FIELDS, "project") if name in form}
 
 
 def optional_reason(form: dict[str, str]) -> str | None:
@@ -379,4 +382,5 @@ LIMITS = {
     "text": f"1 to {MAX_TEXT} characters",
     "tags": f"comma-separated, at most {MAX_TAGS}",
     "keywords": f"comma-separated, at most {MAX_KEYWORDS}",
+    "project": f"blank: no project (it holds everywhere); else a name, at most {MAX_PROJECT} characters",
 }

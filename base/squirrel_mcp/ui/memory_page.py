@@ -2,7 +2,7 @@
 
 After a refused form (the redirect's Outcome) it also shows why, the correction
 form with the person's unsaved text, and, when the memory changed meanwhile,
-what changed. Every value is escaped by `html`, as in squirrel_mcp.ui.pages.
+what changed. Every value is escaped by `html`, as in squirrel_mcp.ui.cards.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from squirrel_mcp.core.models import Revision
+from squirrel_mcp.ui.cards import category_options, entity_link, labels, memory_card, problems_box
 from squirrel_mcp.ui.forms import FIELDS, LIMITS, field_text
 from squirrel_mcp.ui.html import Html, html, join
 from squirrel_mcp.ui.outcomes import KEEP_SECONDS, Outcome
-from squirrel_mcp.ui.pages import category_options, entity_link, labels, memory_card, problems_box
+from squirrel_mcp.ui.projects import move_fields, project_text
 from squirrel_mcp.ui.when import moment
 
 # What a revision that changed no field did.
@@ -46,17 +47,28 @@ class MemoryView:
     outcome_lost: bool = False
     #: Live memories that may say the same (those save_memory would name as possible duplicates).
     similar: Sequence[Revision] = ()
+    #: The projects its move form offers (besides none and a new one).
+    projects: Sequence[str] = ()
+
+
+# The fields a history compares: those a correction form changes, and the project a move changes.
+HISTORY_FIELDS = (*FIELDS, "project")
+
+
+def _shown(revision: Revision, name: str) -> str:
+    """One of HISTORY_FIELDS of `revision` as its history writes it."""
+    return project_text(revision.project) if name == "project" else field_text(revision, name)
 
 
 def _changes(previous: Revision | None, revision: Revision) -> Html:
     """What `revision` changed from `previous`, field by field (all of them for the first)."""
     rows = []
-    for name in FIELDS:
-        after = field_text(revision, name)
+    for name in HISTORY_FIELDS:
+        after = _shown(revision, name)
         if previous is None:
             rows.append(html("<tr><th>{name}</th><td></td><td>{after}</td></tr>", name=name, after=after))
             continue
-        before = field_text(previous, name)
+        before = _shown(previous, name)
         if before != after:
             rows.append(
                 html(
@@ -174,17 +186,33 @@ def _state_forms(view: MemoryView) -> Html:
             id=view.latest.id,
             kept=kept,
         )
+    # The move and the delete share the narrow column beside the correction.
     return join(
         [
             _correct_form(view),
             html(
+                '<div class="side">{move}'
                 '<form class="delete" method="post" action="/memory/{id}/delete"><h2>Delete</h2>'
                 "<p>Search and the agent stop seeing it; its history stays and restoring undoes it.</p>"
                 '<label>Reason <input name="reason" placeholder="optional"></label>'
-                '<button type="submit" class="danger">Delete</button></form>',
+                '<button type="submit" class="danger">Delete</button></form></div>',
+                move=_move_form(view),
                 id=view.latest.id,
             ),
         ]
+    )
+
+
+def _move_form(view: MemoryView) -> Html:
+    """Move it to another project: the bulk bar's move, on this one memory at the revision shown."""
+    return html(
+        '<form class="move" id="move" method="post" action="/bulk"><h2>Move</h2>'
+        "<p>In {project} now. The agent reads a memory in its project, and one with no project in "
+        'every one.</p><input type="hidden" name="pick" value="{id}:{revision}">{fields}</form>',
+        project=project_text(view.latest.project),
+        id=view.latest.id,
+        revision=view.latest.revision,
+        fields=move_fields(view.projects),
     )
 
 

@@ -62,7 +62,8 @@ class Outcome:
         return self.memory_id
 
 
-BulkAction = Literal["delete", "restore", "tag", "untag"]
+# "move-back" undoes a "move": each memory back in the project it was in before the move's revision.
+BulkAction = Literal["delete", "restore", "tag", "untag", "move", "move-back"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ class BulkOutcome:
     #: (id, why not) of each memory it did not change.
     refused: Sequence[tuple[str, str]] = field(default_factory=tuple)
     where: str = BULK
+    #: Where a move took them (None: no project).
+    project: str | None = None
 
 
 class Outcomes:

@@ -21,6 +21,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from squirrel_mcp.book.errors import MemoryOperationError, UnknownMemoryError
 from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.core.models import EVERY_PROJECT
 from squirrel_mcp.plugins.manager import PluginHost
 from squirrel_mcp.storage import StorageError
 from squirrel_mcp.ui import pages
@@ -41,9 +42,17 @@ class Page:
     where: str
     outcomes: Outcomes = field(default_factory=Outcomes)
 
-    def render(self, title: str, body: Html, *, status: int = 200, search_box: bool = True) -> HTMLResponse:
-        """A whole HTML page."""
-        page = pages.layout(title, body, where=self.where, search_box=search_box)
+    def render(
+        self,
+        title: str,
+        body: Html,
+        *,
+        status: int = 200,
+        search_box: bool = True,
+        project: str = EVERY_PROJECT,
+    ) -> HTMLResponse:
+        """A whole HTML page; `project`, the list's project filter, is kept by the header's search."""
+        page = pages.layout(title, body, where=self.where, search_box=search_box, project=project)
         return HTMLResponse(page, status_code=status)
 
     def kept(self, key: str | None, where: str) -> object | None:

@@ -17,13 +17,14 @@ from squirrel_mcp.book.errors import UnknownMemoryError
 from squirrel_mcp.core.models import HALF_LIFE_DAYS
 from squirrel_mcp.search import bm25
 from squirrel_mcp.server.searching import run_search
+from squirrel_mcp.ui import bulk_page, forms, pages
 from squirrel_mcp.ui import duplicates as duplicate_groups
-from squirrel_mcp.ui import forms, pages
 from squirrel_mcp.ui.forms import FormError
 from squirrel_mcp.ui.html import Html
 from squirrel_mcp.ui.memory_page import MemoryView, memory_page
 from squirrel_mcp.ui.outcomes import BULK, LIST, NEW, BulkOutcome, Outcome
 from squirrel_mcp.ui.page import UNKNOWN_ID, Page, memory_id
+from squirrel_mcp.ui.projects import known
 
 # What the memory page says after a change; the redirect names one of these, never free text.
 NOTICES = {
@@ -31,13 +32,13 @@ NOTICES = {
     "deleted": "Deleted. Restore it below if that was a mistake.",
     "restored": "Restored: search and the agent see it again.",
     "saved": "Saved: a new memory, as the agent's save_memory saves one.",
-    "stored-already": "This memory was stored already (the same text, entity, category, tags and "
-    "keywords): nothing was written. This is the stored one.",
+    "stored-already": "This memory was stored already (the same text, entity, category, tags, "
+    "keywords and project): nothing was written. This is the stored one.",
 }
 
 
 def list_memories(page: Page, request: Request) -> Response:
-    """GET /: the memories with the list tool's filters and paging, and counts by category."""
+    """GET /: the memories with the list tool's filters and paging, and counts by category and project."""
     params = dict(request.query_params)
     problems: list[tuple[str, str]] = []
     kept = page.kept(params.pop("outcome", None), LIST)
@@ -50,6 +51,7 @@ def list_memories(page: Page, request: Request) -> Response:
         entity=filters.entity,
         tags=filters.tags,
         include_deleted=filters.deleted,
+        projects=forms.projects_in(filters.project),
     )
     with page.store.reading() as catalog:
         by_category = catalog.live_counts()
@@ -57,6 +59,7 @@ def list_memories(page: Page, request: Request) -> Response:
             {category: by_category.get(category, 0) for category in HALF_LIFE_DAYS},
             deleted=len(catalog) - catalog.live_count,
             unreadable=page.store.unreadable_ids(),
+            by_project=dict(catalog.live_project_counts()),
         )
         shown = catalog.page(wanted, filters.offset, filters.limit)
     body = pages.list_page(
@@ -68,20 +71,23 @@ def list_memories(page: Page, request: Request) -> Response:
         now=datetime.now(UTC),
         refused=kept.problems if isinstance(kept, Outcome) else (),
     )
-    return page.render("Memories", body, status=400 if problems else 200)
+    return page.render("Memories", body, status=400 if problems else 200, project=filters.project)
 
 
 def search(page: Page, request: Request) -> Response:
     """GET /search: the search_memory tool's answer, with its scores."""
     params = dict(request.query_params)
     now = datetime.now(UTC)
+    projects = _project_counts(page)
     if "q" not in params:
-        return _search_page(page, pages.search_page(forms.SearchForm(), None, [], now=now))
+        body = pages.search_page(forms.SearchForm(), None, [], now=now, projects=projects)
+        return _search_page(page, body)
     try:
         form = forms.search_form(params)
     except FormError as error:
         empty = forms.SearchForm(query=params.get("q", "")[: forms.MAX_QUERY])
-        return _search_page(page, pages.search_page(empty, None, error.problems, now=now), status=400)
+        body = pages.search_page(empty, None, error.problems, now=now, projects=projects)
+        return _search_page(page, body, status=400)
     result = run_search(
         page.store,
         page.host,
@@ -90,9 +96,16 @@ def search(page: Page, request: Request) -> Response:
         category=form.category,
         tags=list(form.tags) or None,
         near_misses=form.near_misses,
+        projects=forms.projects_in(form.project),
         now=now,
     )
-    return _search_page(page, pages.search_page(form, result, [], now=now))
+    return _search_page(page, pages.search_page(form, result, [], now=now, projects=projects))
+
+
+def _project_counts(page: Page) -> dict[str | None, int]:
+    """How many live memories each project holds (None: those with none)."""
+    with page.store.reading() as catalog:
+        return dict(catalog.live_project_counts())
 
 
 def _search_page(page: Page, body: Html, *, status: int = 200) -> Response:
@@ -122,6 +135,7 @@ def show(page: Page, request: Request) -> Response:
         outcome=outcome,
         outcome_lost=key is not None and outcome is None,
         similar=similar,
+        projects=known(_project_counts(page)),
     )
     return page.render(latest.entity, memory_page(view))
 
@@ -135,6 +149,7 @@ def new(page: Page, request: Request) -> Response:
         values=dict(outcome.values or {}) if outcome is not None else {},
         problems=outcome.problems if outcome is not None else (),
         lost=key is not None and outcome is None,
+        projects=known(_project_counts(page)),
     )
     return page.render("Add a memory", body)
 
@@ -142,7 +157,10 @@ def new(page: Page, request: Request) -> Response:
 def duplicates(page: Page, request: Request) -> Response:
     """GET /duplicates: groups of live memories that may say the same thing."""
     groups = duplicate_groups.groups(page.store)
-    return page.render("Duplicates", duplicate_groups.duplicates_page(groups, now=datetime.now(UTC)))
+    body = duplicate_groups.duplicates_page(
+        groups, now=datetime.now(UTC), projects=known(_project_counts(page))
+    )
+    return page.render("Duplicates", body)
 
 
 def bulk_result(page: Page, request: Request) -> Response:
@@ -152,7 +170,7 @@ def bulk_result(page: Page, request: Request) -> Response:
         return RedirectResponse("/", status_code=303)
     kept = page.kept(key, BULK)
     if not isinstance(kept, BulkOutcome):
-        body = pages.message_page("No longer kept", pages.BULK_LOST)
+        body = pages.message_page("No longer kept", bulk_page.BULK_LOST)
         return page.render("No longer kept", body)
     shown = {done_id: page.store.get(done_id) for done_id, _ in kept.done}
     for refused_id, _ in kept.refused:
@@ -160,7 +178,7 @@ def bulk_result(page: Page, request: Request) -> Response:
             shown[refused_id] = page.store.get(refused_id)
         except UnknownMemoryError:
             continue
-    body = pages.bulk_page(kept, shown, now=datetime.now(UTC))
+    body = bulk_page.bulk_page(kept, shown, now=datetime.now(UTC))
     return page.render("Done", body)
 
 

@@ -26,7 +26,7 @@ from squirrel_mcp.book.errors import (
 from squirrel_mcp.core.models import MAX_TAGS, Revision
 from squirrel_mcp.server.writing import save_with_duplicates
 from squirrel_mcp.storage import StorageError
-from squirrel_mcp.ui import forms
+from squirrel_mcp.ui import forms, selection
 from squirrel_mcp.ui.forms import FormError
 from squirrel_mcp.ui.outcomes import LIST, NEW, BulkOutcome
 from squirrel_mcp.ui.page import UNKNOWN_ID, Page, memory_id
@@ -110,6 +110,7 @@ def add(page: Page, form: dict[str, str]) -> Response:
         category=new.category,
         tags=new.tags,
         keywords=new.keywords,
+        project=new.project,
     )
     return _done(saved.id, "saved" if written else "stored-already")
 
@@ -117,7 +118,7 @@ def add(page: Page, form: dict[str, str]) -> Response:
 def bulk(page: Page, pairs: list[tuple[str, str]]) -> Response:
     """POST /bulk: one action on the ticked memories, each judged alone; then a page saying how."""
     try:
-        action = forms.bulk(pairs)
+        action = selection.bulk(pairs)
     except FormError as error:
         return page.refused(LIST, error.problems)
     done: list[tuple[str, int]] = []
@@ -140,17 +141,19 @@ def bulk(page: Page, pairs: list[tuple[str, str]]) -> Response:
         except (MemoryOperationError, StorageError) as error:
             # Unchanged (already deleted, not deleted), a diverged log, an unreachable store.
             refused.append((picked, _without_id(str(error), picked)))
-    key = page.outcomes.keep(BulkOutcome(action.action, action.tag, done, refused))
+    key = page.outcomes.keep(BulkOutcome(action.action, action.tag, done, refused, project=action.project))
     return RedirectResponse(f"/bulk?outcome={key}", status_code=303)
 
 
-def _bulk_one(page: Page, action: forms.Bulk, picked: str, revision: int) -> Revision:
+def _bulk_one(page: Page, action: selection.Bulk, picked: str, revision: int) -> Revision:
     """One memory's part of `action`: the revision written; refused if it changed since `revision`."""
     store = page.store
     if action.action == "delete":
         return store.delete(picked, reason=None, expected_revision=revision)
     if action.action == "restore":
         return store.restore(picked, expected_revision=revision)
+    if action.action in ("move", "move-back"):
+        return _move_one(page, action, picked, revision)
     assert action.tag is not None
     latest = store.get(picked)
     if latest.deleted:
@@ -168,6 +171,30 @@ def _bulk_one(page: Page, action: forms.Bulk, picked: str, revision: int) -> Rev
         tags = [tag for tag in latest.tags if tag.casefold() != action.tag.casefold()]
         reason = "tag removed on the page"
     return store.update(picked, changes={"tags": tags}, reason=reason, expected_revision=revision)
+
+
+def _move_one(page: Page, action: selection.Bulk, picked: str, revision: int) -> Revision:
+    """One memory moved to `action.project`, or (move-back) to the project it left at `revision`.
+
+    A correction, as update_memory's `project` makes one: the history shows the move.
+    """
+    store = page.store
+    latest = store.get(picked)
+    if latest.deleted:
+        raise BulkRefusal("it is deleted: restore it first to move it")
+    if action.action == "move":
+        target, reason = action.project, "moved to another project on the page"
+    else:
+        # The form names the revision the move wrote; the project is read from the one before it.
+        history = store.history(picked)
+        moved = next((r for r in history if r.revision == revision), None)
+        before = max((r for r in history if r.revision < revision), key=lambda r: r.revision, default=None)
+        if moved is None or before is None or moved.project == before.project:
+            raise BulkRefusal(f"its revision {revision} did not move it: nothing to move back")
+        target, reason = before.project, "moved back to its project on the page"
+    if latest.project == target:
+        raise BulkRefusal("it is in this project already" if target else "it has no project already")
+    return store.update(picked, changes={"project": target}, reason=reason, expected_revision=revision)
 
 
 def _change(page: Page, changed_id: str, change: Callable[[], Revision], form: str) -> Response:
@@ -251,7 +278,7 @@ def bulk_form(page: Page) -> Callable[[Request], Awaitable[Response]]:
 
     async def endpoint(request: Request) -> Response:
         try:
-            pairs = await forms.read_pairs(request, max_fields=forms.MAX_BULK_FIELDS)
+            pairs = await forms.read_pairs(request, max_fields=selection.MAX_BULK_FIELDS)
         except forms.BodyTooLarge:
             return page.refused(LIST, [("form", TOO_LARGE)])
         except FormError as error:

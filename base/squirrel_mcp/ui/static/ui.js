@@ -6,4 +6,13 @@ document.addEventListener("DOMContentLoaded", function () {
     .forEach(function (field) {
       field.addEventListener("change", function () { field.form.requestSubmit(); });
     });
+  // Enter in a field of a form with several buttons presses the field's own (a new project's
+  // name: Move), not the form's first.
+  document.querySelectorAll("input[data-enter]").forEach(function (field) {
+    field.addEventListener("keydown", function (event) {
+      if (event.key !== "Enter") { return; }
+      var button = field.form.querySelector("button[value='" + field.dataset.enter + "']");
+      if (button) { event.preventDefault(); field.form.requestSubmit(button); }
+    });
+  });
 });
