@@ -64,8 +64,10 @@ def checked_name(value: str) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise ProjectError("must be valid Unicode text (no lone surrogates)") from None
+    if "\n" in value or "\r" in value:
+        raise ProjectError("must be a single line")
     if _CONTROL.search(value):
-        raise ProjectError("must be a single line without control characters")
+        raise ProjectError("must not contain control characters")
     if value == EVERY_PROJECT:
         raise ProjectError(f'must not be "{EVERY_PROJECT}", which means every project')
     return value
