@@ -175,7 +175,7 @@ def installed(text: str, host: str, where: Path) -> str:
         groups = hooks.get(event)
         if groups is not None and not isinstance(groups, list):
             raise UserError(f"{where}: its `hooks.{event}` is not a list; nothing was written")
-        commands = [command for command in _commands(groups or []) if is_ours(command)]
+        commands = [command for command in commands_of(groups or []) if is_ours(command)]
         if group in (groups or []) and len(commands) == 1:
             continue
         body = _add(_without(body, event), event, group)
@@ -188,7 +188,8 @@ def uninstalled(text: str) -> str:
     return bom + _without(body, None) if body.strip() else text
 
 
-def _commands(groups: list[object]) -> list[object]:
+def commands_of(groups: list[object]) -> list[object]:
+    """The commands of a host's list of hook groups for one event (anything else is skipped)."""
     return [
         handler.get("command")
         for group in groups
