@@ -161,7 +161,7 @@ def read_settings(path: Path) -> str:
     if not isinstance(data, dict):
         raise UserError(f"{path} does not hold a JSON object; nothing was written")
     if not isinstance(data.get("hooks", {}), dict):
-        raise UserError(f"{path}: its `hooks` is not an object; correct it first, nothing was written")
+        raise UserError(f"{path}: its `hooks` is not an object; nothing was written")
     return text
 
 
