@@ -326,7 +326,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="install or remove the hooks that give Claude Code, Codex or Gemini CLI the memory "
         "at a session's start and at each prompt",
     )
-    hooks.add_argument("action", choices=["install", "uninstall"])
+    hooks.add_argument(
+        "action", choices=["install", "uninstall"], help="install: add or update them; uninstall: remove them"
+    )
     hooks.add_argument("host", choices=sorted(HOSTS), help="the agent host whose settings file to change")
     scope = hooks.add_mutually_exclusive_group()
     scope.add_argument(
