@@ -169,8 +169,15 @@ def test_project_and_user_files(vault_env: dict[str, str], tmp_path: Path) -> No
     codex_home = tmp_path / "codex-home"
     _hooks({**vault_env, "CODEX_HOME": str(codex_home)}, "install", "codex", cwd=project)
     assert _ours(json.loads((codex_home / "hooks.json").read_text()), "SessionStart")
-    _hooks(vault_env, "install", "codex", "--project", cwd=project)
+    # Codex keeps its trust records in config.toml's [hooks.state]; hooks written there too run as well.
+    config = _write(project / ".codex" / "config.toml", '[hooks.state."x"]\ntrusted_hash = "ab"\n')
+    out = _hooks(vault_env, "install", "codex", "--project", cwd=project)
     assert _ours(json.loads((project / ".codex" / "hooks.json").read_text()), "PreCompact")
+    assert "trust" in out and "holds hooks too" not in out
+    config.write_text('[[hooks.Stop]]\n[[hooks.Stop.hooks]]\ntype = "command"\ncommand = "say done"\n')
+    _hooks(vault_env, "uninstall", "codex", "--project", cwd=project)
+    out = _hooks(vault_env, "install", "codex", "--project", cwd=project)
+    assert f"{config} holds hooks too: Codex runs both files' (and warns)" in out
     assert not (home / ".codex").exists()
 
 

@@ -39,6 +39,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -309,6 +310,10 @@ def cmd_hooks(args: argparse.Namespace) -> int:
             print(f"{spec.name}: hooks installed in {path} ({events}){backup}")
             if args.host == "codex":
                 print("Codex runs a new hook once you have trusted it: open /hooks in Codex and trust them")
+                if _inline_hooks(path.with_name("config.toml")):
+                    print(
+                        f"{path.with_name('config.toml')} holds hooks too: Codex runs both files' (and warns)"
+                    )
         return 0
     if not changed:
         print(f"{spec.name}: no squirrel-mcp hook in {path}; nothing changed")
@@ -317,6 +322,15 @@ def cmd_hooks(args: argparse.Namespace) -> int:
     else:
         print(f"{spec.name}: squirrel-mcp's hooks removed from {path}{backup}")
     return 0
+
+
+def _inline_hooks(config: Path) -> bool:
+    """Whether Codex's config.toml holds hooks of its own (its `[hooks.state]` trust records aside)."""
+    try:
+        hooks = tomllib.loads(config.read_text(encoding="utf-8")).get("hooks")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+    return isinstance(hooks, dict) and any(key != "state" for key in hooks)
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
