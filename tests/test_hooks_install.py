@@ -10,9 +10,12 @@ doctor reports what is installed and whether it can be run.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import json
+import os
 import shlex
 import stat
+import subprocess
 import sys
 import sysconfig
 from pathlib import Path
@@ -331,3 +334,35 @@ def test_json_edit_removes_exactly_what_it_inserted(text: str) -> None:
         index = len(json_edit.members(inserted, root)[0]) - 1
         restored = json_edit.remove(inserted, root, index)
         assert restored == text or (text == "{\n}\n" and restored == "{}\n")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the hosts run hooks through sh here")
+@pytest.mark.skipif(
+    importlib.util.find_spec("squirrel_mcp.cli.hook") is None,
+    reason="`squirrel-mcp hook` is not in this tree",
+)
+@pytest.mark.parametrize("host", ["claude-code", "codex", "gemini"])
+def test_the_installed_pre_compact_command_runs_through_the_shell(
+    vault_env: dict[str, str], host: str
+) -> None:
+    # The one hook that needs no vault: what the host's shell makes of the command as written.
+    settings = Path(vault_env["HOME"]) / FILES[host]
+    _hooks(vault_env, "install", host)
+    event = "PreCompress" if host == "gemini" else "PreCompact"
+    [handler] = _ours(json.loads(settings.read_text()), event)
+    given = {
+        "session_id": "s",
+        "transcript_path": "/nowhere",
+        "cwd": str(settings.parent),
+        "trigger": "manual",
+    }
+    result = subprocess.run(
+        ["/bin/sh", "-c", handler["command"]],
+        input=json.dumps({**given, "hook_event_name": event}).encode(),
+        env={"PATH": os.environ["PATH"], **vault_env},
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert b"save_memory" in result.stdout
