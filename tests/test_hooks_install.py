@@ -13,6 +13,7 @@ import difflib
 import importlib.util
 import json
 import os
+import random
 import shlex
 import stat
 import subprocess
@@ -146,6 +147,10 @@ def test_install_adds_only_our_entries_a_second_changes_nothing_uninstall_restor
 
 def test_a_new_file_is_made_private_and_uninstall_leaves_an_empty_object(vault_env: dict[str, str]) -> None:
     settings = Path(vault_env["HOME"]) / FILES["gemini"]
+    # An empty file is no settings yet, not a broken one.
+    _write(Path(vault_env["HOME"]) / FILES["claude-code"], "\n")
+    _hooks(vault_env, "install", "claude-code")
+    assert _ours(json.loads((Path(vault_env["HOME"]) / FILES["claude-code"]).read_text()), "PreCompact")
     _hooks(vault_env, "install", "gemini")
     assert stat.S_IMODE(settings.stat().st_mode) == 0o600
     assert not settings.with_name(settings.name + BAK).exists()
@@ -366,3 +371,43 @@ def test_the_installed_pre_compact_command_runs_through_the_shell(
     )
     assert result.returncode == 0, result.stderr
     assert b"save_memory" in result.stdout
+
+
+def _squeezed(text: str) -> str:
+    return "".join(text.split())
+
+
+def test_json_edit_round_trips_documents_of_every_layout() -> None:
+    # Seeded: the same documents every run.
+    chance = random.Random(45)
+
+    def value(depth: int) -> object:
+        kind = chance.randrange(6 if depth < 3 else 3)
+        if kind == 0:
+            return chance.choice([0, -1.5, 1e300, True, None])
+        if kind == 1:
+            return chance.choice(["", 'é\\"x', "a]}{[,:"])
+        if kind == 2:
+            return []
+        if kind == 3:
+            return [value(depth + 1) for _ in range(chance.randrange(4))]
+        return {f"k{i}": value(depth + 1) for i in range(chance.randrange(4))}
+
+    for _ in range(300):
+        document = {f"top{i}": value(1) for i in range(chance.randrange(4))}
+        indent = chance.choice([None, 2, 4, "\t"])
+        separators = chance.choice([None, (",", ":"), (", ", ": ")])
+        text = json.dumps(document, indent=indent, separators=separators, ensure_ascii=chance.random() < 0.5)
+        text += chance.choice(["", "\n"])
+        containers = [json_edit.root(text)]
+        for opening in containers:
+            containers += [m.value for m in json_edit.members(text, opening)[0] if text[m.value] in "[{"]
+        opening = chance.choice(containers)
+        key = "added" if text[opening] == "{" else None
+        inserted = json_edit.insert(text, opening, key, {"hooks": [1, "two"]})
+        count = len(json_edit.members(inserted, opening)[0])
+        assert json_edit.members(inserted, opening)[0][-1].key == key
+        json.loads(inserted)
+        restored = json_edit.remove(inserted, opening, count - 1)
+        # An empty container gets its member on a line of its own; emptied again, it closes up.
+        assert restored == text or (count == 1 and _squeezed(restored) == _squeezed(text))

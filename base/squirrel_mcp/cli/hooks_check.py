@@ -96,7 +96,7 @@ def _hooks(path: Path) -> dict[str, object] | str | None:
             return None
     else:
         try:
-            data = json.loads(read_settings(path).removeprefix(BOM) or "{}")
+            data = json.loads(read_settings(path).removeprefix(BOM).strip() or "{}")
         except UserError as error:
             return str(error).removeprefix(str(path)).removesuffix("; nothing was written").strip(": ")
     hooks = data.get("hooks")

@@ -150,6 +150,8 @@ def read_settings(path: Path) -> str:
         raise UserError(f"{path} cannot be read ({error.strerror}); nothing was written") from None
     try:
         text = raw.decode("utf-8")
+        if not text.removeprefix(BOM).strip():
+            return text  # an empty file: no settings yet
         data = json.loads(text.removeprefix(BOM))
     except UnicodeDecodeError:
         raise UserError(f"{path} is not UTF-8 text; nothing was written") from None
