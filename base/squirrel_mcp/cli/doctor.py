@@ -41,6 +41,7 @@ from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.book.reader import MemoryReader
 from squirrel_mcp.cli import hosts, keychain
 from squirrel_mcp.cli.account import server_command
+from squirrel_mcp.cli.hooks_check import hook_checks
 from squirrel_mcp.cli.unlock import (
     USER_ERRORS,
     StaleKeychainError,
@@ -399,6 +400,7 @@ def run(config: Config, environ: dict[str, str] | None = None, *, accept_log: bo
     checks += loaded
     checks += plugin_checks(pm, config, store)
     checks += check_hosts(config, environ)
+    checks += hook_checks(environ, Path.home(), Path.cwd())
     for check in checks:
         print(check.line())
     sys.stdout.flush()

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, cast
 import pluggy
 
 from squirrel_mcp import __version__
-from squirrel_mcp.cli import browse, projects
+from squirrel_mcp.cli import browse, hooks_install, projects
 from squirrel_mcp.cli.bridge import NOT_TRIED
 from squirrel_mcp.cli.serve import cmd_browse, cmd_serve, cmd_ui
 from squirrel_mcp.core.config import Config
@@ -100,6 +100,7 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
     _add_transfer_commands(commands)
     browse.add_commands(commands)
     projects.add_command(commands)
+    hooks_install.add_commands(commands)
     doctor = commands.add_parser(
         "doctor",
         help="check the settings, vault or sync server, passphrase, log, plugins and host command "
