@@ -318,7 +318,10 @@ def test_kill_the_server_while_it_writes(tmp_path: Path, vault_env: dict[str, st
     runs = startup_kills = 0
     lost: set[Ack] = set()
     started = time.monotonic()
-    while runs < runs_wanted and time.monotonic() - started < seconds:
+    # The time budget bounds the runs past the minimum only: a loaded machine makes each run
+    # slower, never the check weaker.
+    minimum = min(runs_wanted, 6 if shared else 10)
+    while runs < runs_wanted and (runs < minimum or time.monotonic() - started < seconds):
         server = RawServer(env, tmp_path / "stderr.log", shared=shared)
         # Every fourth run dies during start-up (~1 s: imports, unlocking the vault), the
         # others 0-1 s after the handshake, in the middle of the calls.
@@ -360,7 +363,7 @@ def test_kill_the_server_while_it_writes(tmp_path: Path, vault_env: dict[str, st
         f"{runs - startup_kills} runs 0-1 s after the handshake (mid-call); "
         f"{len(every_ack)} acknowledged writes checked after every restart",
     )
-    assert runs >= min(runs_wanted, 6 if shared else 10)
+    assert runs >= minimum
     assert not lost
     assert unreadable == 0
 
