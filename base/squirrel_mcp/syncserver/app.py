@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from typing import NoReturn, TypeVar
 
@@ -75,6 +76,25 @@ class Limits:
     bad_key_rate: float = 1.0
     bad_key_burst: int = 20
     body_timeout: float = 60.0
+
+    def share(self, instances: int) -> Limits:
+        """The limits of one of `instances` instances serving one database behind a load balancer.
+
+        Budgets are kept in each process's memory, so each instance allows
+        1/`instances` of every budget (the burst rounded up, at least 1): with
+        requests spread evenly (round robin), a key's budget holds across them
+        as if one server kept it. A load balancer that sends one key to one
+        instance (sticky) would leave it that share only.
+        """
+        if instances < 1:
+            raise ValueError("at least one instance")
+        return replace(
+            self,
+            rate=self.rate / instances,
+            burst=max(1, math.ceil(self.burst / instances)),
+            bad_key_rate=self.bad_key_rate / instances,
+            bad_key_burst=max(1, math.ceil(self.bad_key_burst / instances)),
+        )
 
 
 def contract() -> bytes:
