@@ -157,12 +157,13 @@ class _Service:
         """The slot of the request's key; budgets checked."""
         key = keys.key_from_header(request.headers.get("authorization"))
         digest = None if key is None else keys.key_hash(key)
-        if digest is None or digest not in self.known_keys:
+        address = request.client.host if request.client else None
+        charged = digest is None or digest not in self.known_keys
+        if charged:
             # A key not yet seen to work spends its sender's address budget before
             # the database is asked: a stream of bad keys reaches the database at
             # most at that budget's rate, and guessing (hopeless anyway at 256
             # bits) or a broken client is slowed down.
-            address = request.client.host if request.client else None
             wait = self.per_address.take(address)
             if wait is not None:
                 raise _RateLimited(wait)
@@ -172,6 +173,11 @@ class _Service:
                 # Revoked since it was seen to work: back to the address budget.
                 self.known_keys.pop(digest, None)
             raise _Unauthorized
+        if charged:
+            # It works after all: its token goes back, so that good keys never use up
+            # their address's budget. Behind a load balancer every client has its
+            # address, and an instance just started has seen no key work yet.
+            self.per_address.give_back(address)
         if digest not in self.known_keys:
             if len(self.known_keys) >= MAX_KNOWN_KEYS:
                 # Dicts keep insertion order: forget the longest known; it costs one lookup.

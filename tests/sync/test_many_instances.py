@@ -1,4 +1,4 @@
-"""Several instances on one database: a graceful stop (SIGTERM) and each instance's share of a budget.
+"""Several instances on one database: a graceful stop (SIGTERM), budgets that hold across instances.
 
 Real `squirrel-mcp-sync serve` processes on SQLite, then PostgreSQL. The stop is
 driven by the test's own signals and sockets, never by waiting for a time to
@@ -152,3 +152,25 @@ def test_a_share_divides_every_budget_and_rounds_bursts_up() -> None:
     assert Limits(burst=1).share(4).burst == 1
     with pytest.raises(ValueError, match="at least one instance"):
         limits.share(0)
+
+
+def test_good_keys_an_instance_has_not_seen_yet_never_use_up_their_address_budget(
+    sync_server: SyncServer,
+) -> None:
+    # Behind a load balancer every client has its address, and an instance just started
+    # has seen no key work: 30 good keys, new to the server, one request each, from one
+    # address whose budget for keys not seen to work is 20 at once.
+    database = Database(sync_server.database_url)
+    try:
+        fresh = []
+        for _ in range(30):
+            key = new_key()
+            database.add_slot(key_hash(key), display_prefix(key))
+            fresh.append(key)
+    finally:
+        database.close()
+    assert [sync_server.get("/v1/account", key).status_code for key in fresh] == [404] * 30
+    # Bad keys still spend it.
+    bad = [sync_server.get("/v1/account", "sqk_" + "B" * 43).status_code for _ in range(30)]
+    assert bad[0] == 401
+    assert 429 in bad
