@@ -333,7 +333,8 @@ def bench(session: nox.Session) -> None:
     session.run("python", "scripts/bench_locomo.py")
     subprocess.run([HAPROXY_SCRIPT], check=True)
     with postgres_for_tests(session):
-        session.run("python", "scripts/bench_sync.py")
+        # Side by side with the server before appends were batched into one statement.
+        session.run("python", "scripts/bench_sync.py", "--baseline", "1fdee83")
         session.run("python", "scripts/bench_sync_scale.py")
 
 

@@ -278,26 +278,13 @@ def sizes(text: str) -> list[int]:
     return [int(part) for part in text.split(",") if part.strip()]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--singles", type=int, default=300, help="timed single requests of each kind")
-    parser.add_argument("--batches", type=int, default=20, help="batches of 500 records")
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    parser.add_argument("--import-sizes", type=sizes, default=[300, 3000], help="memories per import timed")
-    parser.add_argument(
-        "--before-sizes",
-        type=sizes,
-        default=[300],
-        help="of those, the sizes imported one memory at a time too",
-    )
-    parser.add_argument("--rounds", type=int, default=3, help="rounds per server, medians taken")
-    parser.add_argument(
-        "--baseline",
-        help="a commit whose server is measured too, side by side (taking turns, same rounds)",
-    )
-    args = parser.parse_args()
+Results = dict[str, dict[str, dict[str, float]]]
 
-    results: dict[str, dict[str, dict[str, float]]] = {}
+
+def run(args: argparse.Namespace) -> tuple[Results, dict[str, str], list[tuple[int, float | None, float]]]:
+    """Every measurement the options ask for: (per database and server, versions, imports)."""
+
+    results: Results = {}
     versions = {"sqlite": sqlite3.sqlite_version}
     with tempfile.TemporaryDirectory() as temp_name:
         temp = Path(temp_name)
@@ -320,7 +307,42 @@ def main() -> None:
         else:
             print("bench_sync: SQUIRREL_TEST_POSTGRES_URL is unset; PostgreSQL not measured", file=sys.stderr)
         imports = measure_imports(temp, args.import_sizes, args.before_sizes)
+    return results, versions, imports
 
+
+def import_lines(imports: list[tuple[int, float | None, float]]) -> list[str]:
+    """The table of the imports, now and before."""
+    lines: list[str] = []
+    lines += [
+        "",
+        f"### Import into the server, at its default rate limit ({Limits.rate:g} requests a second, "
+        f"bursts of {Limits.burst})",
+        "",
+        "| Memories | Now: one pull, appends of up to 500 records "
+        "| Before: a pull, an append, a pull per memory |",
+        "|---:|---:|---:|",
+    ]
+    for size, before, now in imports:
+        if before is not None:
+            then = f"{before:,.1f} s ({before / now:,.0f}x as long)"
+        else:
+            rate = next((b / s for s, b, _ in imports if b is not None), None)
+            then = (
+                "not run"
+                if rate is None
+                else f"not run (about {rate * size / 60:,.0f} min at the rate above)"
+            )
+        lines.append(f"| {size:,} | {now:,.1f} s | {then} |")
+    return lines
+
+
+def report(
+    args: argparse.Namespace,
+    results: Results,
+    versions: dict[str, str],
+    imports: list[tuple[int, float | None, float]],
+) -> str:
+    """The page of docs/benchmarks/sync.md."""
     lines = [
         "# Sync server",
         "",
@@ -351,26 +373,7 @@ def main() -> None:
                 f"{now['pull_rate'] / before['pull_rate']:.1f}x, one record's append median "
                 f"{now['append_median']:.1f} ms against {before['append_median']:.1f} ms."
             )
-    lines += [
-        "",
-        f"### Import into the server, at its default rate limit ({Limits.rate:g} requests a second, "
-        f"bursts of {Limits.burst})",
-        "",
-        "| Memories | Now: one pull, appends of up to 500 records "
-        "| Before: a pull, an append, a pull per memory |",
-        "|---:|---:|---:|",
-    ]
-    for size, before, now in imports:
-        if before is not None:
-            then = f"{before:,.1f} s ({before / now:,.0f}x as long)"
-        else:
-            rate = next((b / s for s, b, _ in imports if b is not None), None)
-            then = (
-                "not run"
-                if rate is None
-                else f"not run (about {rate * size / 60:,.0f} min at the rate above)"
-            )
-        lines.append(f"| {size:,} | {now:,.1f} s | {then} |")
+    lines += import_lines(imports)
     lines += [
         "",
         "Before batching, importing 300 memories took 86 s on 2026-11-30 (same machine), and 3,000",
@@ -406,9 +409,32 @@ def main() -> None:
         + (f", PostgreSQL {versions['postgresql']}" if "postgresql" in versions else ""),
         "",
     ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--singles", type=int, default=300, help="timed single requests of each kind")
+    parser.add_argument("--batches", type=int, default=20, help="batches of 500 records")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument("--import-sizes", type=sizes, default=[300, 3000], help="memories per import timed")
+    parser.add_argument(
+        "--before-sizes",
+        type=sizes,
+        default=[300],
+        help="of those, the sizes imported one memory at a time too",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per server, medians taken")
+    parser.add_argument(
+        "--baseline",
+        help="a commit whose server is measured too, side by side (taking turns, same rounds)",
+    )
+    args = parser.parse_args()
+    results, versions, imports = run(args)
+    text = report(args, results, versions, imports)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("\n".join(lines))
-    print("\n".join(lines))
+    args.output.write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":
