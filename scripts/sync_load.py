@@ -35,7 +35,6 @@ import hashlib
 import os
 import random
 import statistics
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -166,8 +165,9 @@ class Machine:
                     self.correct(shared)
                 else:
                     self.pull()
-        except StorageError as error:
-            self.tally.failures.append(f"{self.name}: {error}")
+        # Any error is a failure of the run: counted and shown, never lost with its thread.
+        except Exception as error:
+            self.tally.failures.append(f"{self.name}: {type(error).__name__}: {error}")
 
     def finish(self) -> None:
         """The last pull, once every machine has stopped writing; then close."""
@@ -251,6 +251,8 @@ def run_load(
         stops = list(cluster.stops)
     result = _check(database_url, crew, api_keys, instances, machines, elapsed, stops)
     result.failures.extend(problems)
+    if len(stops) != restart:
+        result.failures.append(f"{len(stops)} of {restart} instances were restarted")
     return result
 
 
@@ -261,8 +263,9 @@ def _roll(cluster: Cluster, count: int, after: float, done: threading.Event, pro
             time.sleep(after)
         for index in range(count):
             cluster.restart(index)
-    except (RuntimeError, OSError, subprocess.TimeoutExpired) as error:
-        problems.append(f"the rolling restart failed: {error}")
+    # Any error is a failure of the run: counted and shown, never lost with its thread.
+    except Exception as error:
+        problems.append(f"the rolling restart failed: {type(error).__name__}: {error}")
     finally:
         done.set()
 
