@@ -49,6 +49,7 @@ LOCK_FLAGS = [
 POSTGRES_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".ci", "postgres")
 CHROMIUM_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".ci", "chromium")
 KEYRING_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".ci", "keyring")
+HAPROXY_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".ci", "haproxy")
 
 
 def install_project(session: nox.Session, *locks: str) -> None:
@@ -107,11 +108,12 @@ def postgres_for_tests(session: nox.Session) -> Iterator[None]:
 
 @contextmanager
 def system_packages_installing() -> Iterator[None]:
-    """Debian's chromium, GNOME Keyring and PostgreSQL installed (where missing) while the block runs.
+    """Debian's chromium, GNOME Keyring, PostgreSQL and haproxy installed (where missing) meanwhile.
 
     apt and pip share nothing, so the minute apt takes overlaps the Python set-up. This only
     installs: chromium_for_tests, keyring_for_tests and postgres_for_tests afterwards check them as
-    always (and say what is wrong if this failed). Its output goes to build/system-packages.log.
+    always (and say what is wrong if this failed); the load test checks haproxy itself. Its output
+    goes to build/system-packages.log.
     """
     log_path = Path("build") / "system-packages.log"
     log_path.parent.mkdir(exist_ok=True)
@@ -121,7 +123,7 @@ def system_packages_installing() -> Iterator[None]:
                 "/bin/bash",
                 "-c",
                 f"{shlex.quote(CHROMIUM_SCRIPT)}; {shlex.quote(KEYRING_SCRIPT)}; "
-                f"{shlex.quote(POSTGRES_SCRIPT)} install",
+                f"{shlex.quote(POSTGRES_SCRIPT)} install; {shlex.quote(HAPROXY_SCRIPT)}",
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -329,8 +331,11 @@ def bench(session: nox.Session) -> None:
     session.run("python", "scripts/bench_vault_look.py")
     # LoCoMo, when its conversations are there (SQUIRREL_LOCOMO_DATA or ../shared/data/locomo).
     session.run("python", "scripts/bench_locomo.py")
+    subprocess.run([HAPROXY_SCRIPT], check=True)
     with postgres_for_tests(session):
-        session.run("python", "scripts/bench_sync.py")
+        # Side by side with the server before appends were batched into one statement.
+        session.run("python", "scripts/bench_sync.py", "--baseline", "1fdee83")
+        session.run("python", "scripts/bench_sync_scale.py")
 
 
 @nox.session(python=PYTHON)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import io
 import os
 import platform
 import re
@@ -36,10 +37,11 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -96,8 +98,14 @@ def issue_key(database_url: str) -> str:
 
 
 @contextmanager
-def server(database_url: str, log: Path, rate: tuple[str, ...] = UNLIMITED) -> Iterator[tuple[str, str]]:
+def server(
+    database_url: str, log: Path, rate: tuple[str, ...] = UNLIMITED, source: str | None = None
+) -> Iterator[tuple[str, str]]:
+    """The installed server on `database_url`, or the one in `source` (a tree's base/ directory)."""
     env = {**os.environ, "SQUIRREL_SYNC_DATABASE": database_url}
+    if source is not None:
+        # Ahead of the installed package on the path: the server of that tree runs.
+        env["PYTHONPATH"] = source
     command = SYNC
     key = issue_key(database_url)
     with log.open("wb") as sink:
@@ -189,6 +197,37 @@ def measure(url: str, key: str, singles: int, batches: int) -> dict[str, float]:
     }
 
 
+def baseline_tree(ref: str, temp: Path) -> str:
+    """The base/ directory of commit `ref` of this repository, extracted under `temp`."""
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", ref, "base"], capture_output=True, check=True
+    ).stdout
+    target = temp / "baseline"
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(target, filter="data")
+    return str(target / "base")
+
+
+def side_by_side(
+    fresh: Callable[[str], AbstractContextManager[str]],
+    temp: Path,
+    args: argparse.Namespace,
+    baseline: str | None,
+) -> dict[str, dict[str, float]]:
+    """Medians over `args.rounds` rounds of `measure`, now and (if given) the baseline, taking turns."""
+    servers = {"now": None} if baseline is None else {"before": baseline, "now": None}
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in servers}
+    for round_number in range(args.rounds):
+        for name, source in servers.items():
+            tag = f"{name}-{round_number}"
+            with fresh(tag) as database, server(database, temp / f"{tag}.log", source=source) as (url, key):
+                runs[name].append(measure(url, key, args.singles, args.batches))
+    return {
+        name: {figure: statistics.median(run[figure] for run in found) for figure in found[0]}
+        for name, found in runs.items()
+    }
+
+
 def export_of(count: int) -> ExportFile:
     """An export of `count` synthetic memories (the corpus of scripts/bench_search.py), one revision each."""
     corpus = Corpus(seed=5)
@@ -239,59 +278,41 @@ def sizes(text: str) -> list[int]:
     return [int(part) for part in text.split(",") if part.strip()]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--singles", type=int, default=300, help="timed single requests of each kind")
-    parser.add_argument("--batches", type=int, default=20, help="batches of 500 records")
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    parser.add_argument("--import-sizes", type=sizes, default=[300, 3000], help="memories per import timed")
-    parser.add_argument(
-        "--before-sizes",
-        type=sizes,
-        default=[300],
-        help="of those, the sizes imported one memory at a time too",
-    )
-    args = parser.parse_args()
+Results = dict[str, dict[str, dict[str, float]]]
 
-    results: dict[str, dict[str, float]] = {}
+
+def run(args: argparse.Namespace) -> tuple[Results, dict[str, str], list[tuple[int, float | None, float]]]:
+    """Every measurement the options ask for: (per database and server, versions, imports)."""
+
+    results: Results = {}
     versions = {"sqlite": sqlite3.sqlite_version}
-    with tempfile.TemporaryDirectory() as temp:
-        with server(f"sqlite:///{temp}/sync.sqlite3", Path(temp) / "sqlite.log") as (url, key):
-            results["SQLite"] = measure(url, key, args.singles, args.batches)
+    with tempfile.TemporaryDirectory() as temp_name:
+        temp = Path(temp_name)
+        baseline = None if args.baseline is None else baseline_tree(args.baseline, temp)
+
+        @contextmanager
+        def sqlite_database(tag: str) -> Iterator[str]:
+            yield f"sqlite:///{temp}/sync-{tag}.sqlite3"
+
+        results["SQLite"] = side_by_side(sqlite_database, temp, args, baseline)
         admin_url = os.environ.get("SQUIRREL_TEST_POSTGRES_URL")
         if admin_url:
             import psycopg
 
             with psycopg.connect(admin_url) as connection:
                 versions["postgresql"] = str(connection.execute("SHOW server_version").fetchone()[0])
-            with (
-                postgres_database(admin_url) as database,
-                server(database, Path(temp) / "pg.log") as (url, key),
-            ):
-                results["PostgreSQL"] = measure(url, key, args.singles, args.batches)
+            results["PostgreSQL"] = side_by_side(
+                lambda _tag: postgres_database(admin_url), temp, args, baseline
+            )
         else:
             print("bench_sync: SQUIRREL_TEST_POSTGRES_URL is unset; PostgreSQL not measured", file=sys.stderr)
-        imports = measure_imports(Path(temp), args.import_sizes, args.before_sizes)
+        imports = measure_imports(temp, args.import_sizes, args.before_sizes)
+    return results, versions, imports
 
-    lines = [
-        "# Sync server",
-        "",
-        "The reference sync server (`squirrel-mcp-sync serve`) over loopback HTTP, one client",
-        "with a keep-alive session, on a fresh database. Generated by `scripts/bench_sync.py`",
-        "(`nox -s bench`).",
-        "",
-        "## Results",
-        "",
-        "| Database | GET /v1/account median (p90), ms | Append 1 record median (p90), ms "
-        "| Append in batches of 500, records/s | Pull all, records/s |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for name, r in results.items():
-        lines.append(
-            f"| {name} | {r['account_median']:.1f} ({r['account_p90']:.1f}) "
-            f"| {r['append_median']:.1f} ({r['append_p90']:.1f}) | {r['batch_rate']:,.0f} "
-            f"| {r['pull_rate']:,.0f} ({int(r['pulled']):,} in {r['pull_seconds']:.2f} s) |"
-        )
+
+def import_lines(imports: list[tuple[int, float | None, float]]) -> list[str]:
+    """The table of the imports, now and before."""
+    lines: list[str] = []
     lines += [
         "",
         f"### Import into the server, at its default rate limit ({Limits.rate:g} requests a second, "
@@ -312,6 +333,47 @@ def main() -> None:
                 else f"not run (about {rate * size / 60:,.0f} min at the rate above)"
             )
         lines.append(f"| {size:,} | {now:,.1f} s | {then} |")
+    return lines
+
+
+def report(
+    args: argparse.Namespace,
+    results: Results,
+    versions: dict[str, str],
+    imports: list[tuple[int, float | None, float]],
+) -> str:
+    """The page of docs/benchmarks/sync.md."""
+    lines = [
+        "# Sync server",
+        "",
+        "The reference sync server (`squirrel-mcp-sync serve`) over loopback HTTP, one client",
+        "with a keep-alive session, on a fresh database. Generated by `scripts/bench_sync.py`",
+        "(`nox -s bench`).",
+        "",
+        "## Results",
+        "",
+        "| Database | Server | GET /v1/account median (p90), ms | Append 1 record median (p90), ms "
+        "| Append in batches of 500, records/s | Pull all, records/s |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for name, servers in results.items():
+        for which, r in servers.items():
+            label = f"before ({args.baseline})" if which == "before" else "now"
+            lines.append(
+                f"| {name} | {label} | {r['account_median']:.1f} ({r['account_p90']:.1f}) "
+                f"| {r['append_median']:.1f} ({r['append_p90']:.1f}) | {r['batch_rate']:,.0f} "
+                f"| {r['pull_rate']:,.0f} ({int(r['pulled']):,} in {r['pull_seconds']:.2f} s) |"
+            )
+    if args.baseline is not None:
+        lines += ["", "Now against before, measured side by side (medians of the rounds):", ""]
+        for name, servers in results.items():
+            now, before = servers["now"], servers["before"]
+            lines.append(
+                f"- {name}: batches {now['batch_rate'] / before['batch_rate']:.1f}x, pull "
+                f"{now['pull_rate'] / before['pull_rate']:.1f}x, one record's append median "
+                f"{now['append_median']:.1f} ms against {before['append_median']:.1f} ms."
+            )
+    lines += import_lines(imports)
     lines += [
         "",
         "Before batching, importing 300 memories took 86 s on 2026-11-30 (same machine), and 3,000",
@@ -320,7 +382,16 @@ def main() -> None:
         "## How it was measured",
         "",
         f"- {args.singles} timed requests of each single kind after {WARMUP} untimed ones; a record is "
-        f"{RECORD_BYTES} random bytes (about one memory's sealed revision).",
+        f"{RECORD_BYTES} random bytes (about one memory's sealed revision). Each figure is the median of "
+        f"{args.rounds} rounds, each on a fresh database"
+        + (
+            f"; the server of commit {args.baseline} (before appends were batched into one statement)"
+            " took turns with this one, round by round."
+            if args.baseline
+            else "."
+        ),
+        "- Published before this table had a side-by-side baseline (2026-12-01, one round): batches of 500",
+        "  at 777 records/s on PostgreSQL and 4,078 on SQLite; pulls at 7,197 and 11,150 records/s.",
         "- An append is one transaction; SQLite runs with `synchronous=FULL` (each append reaches the disk),",
         "  PostgreSQL is the throwaway test cluster of `.ci/postgres`, which runs with `fsync=off`: its",
         "  write figures are an upper bound for a durable production cluster.",
@@ -338,9 +409,32 @@ def main() -> None:
         + (f", PostgreSQL {versions['postgresql']}" if "postgresql" in versions else ""),
         "",
     ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--singles", type=int, default=300, help="timed single requests of each kind")
+    parser.add_argument("--batches", type=int, default=20, help="batches of 500 records")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument("--import-sizes", type=sizes, default=[300, 3000], help="memories per import timed")
+    parser.add_argument(
+        "--before-sizes",
+        type=sizes,
+        default=[300],
+        help="of those, the sizes imported one memory at a time too",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per server, medians taken")
+    parser.add_argument(
+        "--baseline",
+        help="a commit whose server is measured too, side by side (taking turns, same rounds)",
+    )
+    args = parser.parse_args()
+    results, versions, imports = run(args)
+    text = report(args, results, versions, imports)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("\n".join(lines))
-    print("\n".join(lines))
+    args.output.write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -18,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from typing import NoReturn, TypeVar
 
+import pydantic_core
 from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -36,7 +38,6 @@ from squirrel_mcp.storage.wire import ErrorCode
 from squirrel_mcp.syncserver import keys, validation
 from squirrel_mcp.syncserver.database import (
     AccountExists,
-    ChangesPage,
     Database,
     NoAccount,
     StoredAccount,
@@ -75,6 +76,25 @@ class Limits:
     bad_key_rate: float = 1.0
     bad_key_burst: int = 20
     body_timeout: float = 60.0
+
+    def share(self, instances: int) -> Limits:
+        """The limits of one of `instances` instances serving one database behind a load balancer.
+
+        Budgets are kept in each process's memory, so each instance allows
+        1/`instances` of every budget (the burst rounded up, at least 1): with
+        requests spread evenly (round robin), a key's budget holds across them
+        as if one server kept it. A load balancer that sends one key to one
+        instance (sticky) would leave it that share only.
+        """
+        if instances < 1:
+            raise ValueError("at least one instance")
+        return replace(
+            self,
+            rate=self.rate / instances,
+            burst=max(1, math.ceil(self.burst / instances)),
+            bad_key_rate=self.bad_key_rate / instances,
+            bad_key_burst=max(1, math.ceil(self.bad_key_burst / instances)),
+        )
 
 
 def contract() -> bytes:
@@ -137,12 +157,13 @@ class _Service:
         """The slot of the request's key; budgets checked."""
         key = keys.key_from_header(request.headers.get("authorization"))
         digest = None if key is None else keys.key_hash(key)
-        if digest is None or digest not in self.known_keys:
+        address = request.client.host if request.client else None
+        charged = digest is None or digest not in self.known_keys
+        if charged:
             # A key not yet seen to work spends its sender's address budget before
             # the database is asked: a stream of bad keys reaches the database at
             # most at that budget's rate, and guessing (hopeless anyway at 256
             # bits) or a broken client is slowed down.
-            address = request.client.host if request.client else None
             wait = self.per_address.take(address)
             if wait is not None:
                 raise _RateLimited(wait)
@@ -152,6 +173,11 @@ class _Service:
                 # Revoked since it was seen to work: back to the address budget.
                 self.known_keys.pop(digest, None)
             raise _Unauthorized
+        if charged:
+            # It works after all: its token goes back, so that good keys never use up
+            # their address's budget. Behind a load balancer every client has its
+            # address, and an instance just started has seen no key work yet.
+            self.per_address.give_back(address)
         if digest not in self.known_keys:
             if len(self.known_keys) >= MAX_KNOWN_KEYS:
                 # Dicts keep insertion order: forget the longest known; it costs one lookup.
@@ -221,16 +247,39 @@ class _Service:
         slot = await self.authenticate(request)
         if request.method == "POST":
             new = await self.json_body(request, wire.AppendRequest)
-            records = await run_in_threadpool(new.sealed)
-            stored = await run_in_threadpool(self.database.append, slot, records)
-            entries = [
-                wire.StoredRecord(seq=r.seq, memoryId=r.memory_id, revision=r.revision, storedAt=r.stored_at)
-                for r in stored
-            ]
-            return _answer(wire.AppendResult(stored=entries), 201)
+            answer = await run_in_threadpool(self._append, slot, new)
+            return Response(answer, 201, media_type=JSON_MEDIA_TYPE)
         after, limit = validation.changes_query(request.query_params)
-        page = await run_in_threadpool(self.database.changes, slot, after, limit, PAGE_BYTES)
-        return _answer(await run_in_threadpool(_changes, page))
+        answer = await run_in_threadpool(self._changes, slot, after, limit)
+        return Response(answer, media_type=JSON_MEDIA_TYPE)
+
+    # The two answers that carry up to 500 records are written straight to JSON, in
+    # one pass of pydantic's serializer, from records the server checked when they
+    # were appended: building and checking the wire models again (wire.AppendResult,
+    # wire.ChangesPage, whose shape tests/sync/test_contract.py holds the answers to)
+    # took most of a pull's time on the server. Each goes to the thread pool once.
+
+    def _append(self, slot: int, new: wire.AppendRequest) -> bytes:
+        stored = self.database.append(slot, new.sealed())
+        entries = [
+            {"seq": r.seq, "memoryId": r.memory_id, "revision": r.revision, "storedAt": r.stored_at}
+            for r in stored
+        ]
+        return pydantic_core.to_json({"stored": entries})
+
+    def _changes(self, slot: int, after: int, limit: int) -> bytes:
+        page = self.database.changes(slot, after, limit, PAGE_BYTES)
+        records = [
+            {
+                "seq": r.seq,
+                "memoryId": r.memory_id,
+                "revision": r.revision,
+                "ciphertext": base64.b64encode(r.ciphertext).decode(),
+                "storedAt": r.stored_at,
+            }
+            for r in page.records
+        ]
+        return pydantic_core.to_json({"records": records, "cursor": page.cursor, "more": page.more})
 
     async def health(self, request: Request) -> Response:
         """GET /v1/health: the database's last answer, asked again at most every few seconds."""
@@ -250,21 +299,6 @@ class _Service:
     async def openapi(self, request: Request) -> Response:
         """GET /v1/openapi.yaml: the contract, byte for byte."""
         return Response(self.document, media_type="application/yaml")
-
-
-def _changes(page: ChangesPage) -> wire.ChangesPage:
-    # Up to a few MiB of base64, encoded and checked off the event loop.
-    records = [
-        wire.Record(
-            seq=r.seq,
-            memoryId=r.memory_id,
-            revision=r.revision,
-            ciphertext=base64.b64encode(r.ciphertext).decode(),
-            storedAt=r.stored_at,
-        )
-        for r in page.records
-    ]
-    return wire.ChangesPage(records=records, cursor=page.cursor, more=page.more)
 
 
 def create_app(database: Database, limits: Limits | None = None) -> Starlette:

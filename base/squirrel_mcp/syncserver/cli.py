@@ -2,6 +2,7 @@
 
     squirrel-mcp-sync serve --database URL [--host 127.0.0.1] [--port 8765]
                             [--max-connections 1000] [--header-timeout 10] [--body-timeout 60]
+                            [--instances 1] [--drain-seconds 0]
     squirrel-mcp-sync issue-key --database URL [--for KEY_ID]
     squirrel-mcp-sync list-keys --database URL
     squirrel-mcp-sync revoke-key --database URL KEY_ID
@@ -46,6 +47,7 @@ try:
 
     from squirrel_mcp.serving.connections import Listener, connection_budget, guarded_protocol
     from squirrel_mcp.syncserver.app import Limits, create_app
+    from squirrel_mcp.syncserver.drain import Drain, DrainingServer, RefuseWhileDraining
 except ImportError as missing:
     _MISSING: str | None = missing.name or "Starlette and uvicorn"
 else:
@@ -103,6 +105,20 @@ def _add_serve(serve: argparse.ArgumentParser, database_help: str) -> None:
         type=float,
         default=Limits.body_timeout,
         help="seconds a client has to send a request's whole body (default %(default)s)",
+    )
+    serve.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=0.0,
+        help="on SIGTERM, seconds to answer new requests 503 (so a load balancer's health check "
+        "takes this instance out) before finishing those in flight and exiting (default %(default)s)",
+    )
+    serve.add_argument(
+        "--instances",
+        type=int,
+        default=1,
+        help="instances serving this database behind one load balancer: each allows 1/N of "
+        "--rate-limit and --burst, so that a key's budget holds across them (default %(default)s)",
     )
     serve.add_argument("--no-access-log", action="store_true", help="do not log one line per request")
 
@@ -311,7 +327,14 @@ def _serve(database: Database, args: argparse.Namespace) -> int:
     if args.max_connections < 1 or not args.header_timeout > 0 or not args.body_timeout > 0:
         log_line("--max-connections must be at least 1, and the timeouts positive", program=PROGRAM)
         return 2
-    app = create_app(database, Limits(rate=args.rate_limit, burst=args.burst, body_timeout=args.body_timeout))
+    if args.instances < 1 or not args.drain_seconds >= 0:
+        log_line("--instances must be at least 1 and --drain-seconds at least 0", program=PROGRAM)
+        return 2
+    drain = Drain(args.drain_seconds)
+    limits = Limits(rate=args.rate_limit, burst=args.burst, body_timeout=args.body_timeout).share(
+        args.instances
+    )
+    app = RefuseWhileDraining(create_app(database, limits), drain)
     max_connections, fd_ceiling, file_limit = connection_budget(args.max_connections)
     if max_connections < args.max_connections:
         log_line(
@@ -351,5 +374,5 @@ def _serve(database: Database, args: argparse.Namespace) -> int:
         server_header=False,
         proxy_headers=False,
     )
-    uvicorn.Server(config).run(sockets=[listener])
+    DrainingServer(config, drain).run(sockets=[listener])
     return 0

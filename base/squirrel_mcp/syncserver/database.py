@@ -34,6 +34,12 @@ from squirrel_mcp.syncserver.keystore import KeyStore
 from squirrel_mcp.syncserver.pool import Cursor, DatabaseError
 from squirrel_mcp.syncserver.schema import ACCOUNT_ROW, KEPT_OLD_KEYS, SCHEMA_VERSION, tables, upgrade
 
+# Memory ids per IN list: far below both databases' limits on a statement's
+# parameters (SQLite 32,766, PostgreSQL 65,535); an append holds at most 500
+# records, so its revision check is one query.
+_IDS_PER_QUERY = 500
+_RECORD_COLUMNS = ("slot_id", "seq", "memory_id", "revision", "ciphertext", "stored_at")
+
 
 class NoAccount(Exception):
     """The slot has no account yet."""
@@ -310,35 +316,33 @@ class Database(KeyStore):
         so unreadable for good.
         """
         stored_at = now_iso("microseconds")
-        stored: list[StoredRecord] = []
         with self._transaction(write=True) as cursor:
             row = cursor.execute(self._dialect.slot_for_append, (slot,)).fetchone()
             if row is None or row[0] is None:
                 raise NoAccount
-            seq = int(row[1])
+            first = int(row[1]) + 1
             # The slot row's lock is held, so no other append of this slot can
-            # store a revision between this read and the inserts.
-            last: dict[str, int] = {}
+            # store a revision between this read and the insert. One query for
+            # the whole batch's highest revisions, one statement for its rows:
+            # a round trip per record is what made a batch slow on PostgreSQL.
+            last = _highest_revisions(cursor, slot, {record.memory_id for record in records})
             for record in records:
-                if record.memory_id not in last:
-                    (highest,) = cursor.one(
-                        "SELECT MAX(revision) FROM records WHERE slot_id = ? AND memory_id = ?",
-                        (slot, record.memory_id),
-                    )
-                    last[record.memory_id] = 0 if highest is None else int(highest)
-                expected = last[record.memory_id] + 1
+                expected = last.get(record.memory_id, 0) + 1
                 if record.revision != expected:
                     raise RevisionConflict(record.memory_id, record.revision, expected)
                 last[record.memory_id] = expected
-                seq += 1
-                cursor.execute(
-                    "INSERT INTO records (slot_id, seq, memory_id, revision, ciphertext, stored_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (slot, seq, record.memory_id, record.revision, record.ciphertext, stored_at),
-                )
-                stored.append(StoredRecord(seq, record.memory_id, record.revision, b"", stored_at))
-            cursor.execute("UPDATE slots SET last_seq = ? WHERE slot_id = ?", (seq, slot))
-        return stored
+            rows: list[tuple[object, ...]] = [
+                (slot, first + index, record.memory_id, record.revision, record.ciphertext, stored_at)
+                for index, record in enumerate(records)
+            ]
+            cursor.insert_many("records", _RECORD_COLUMNS, rows)
+            cursor.execute(
+                "UPDATE slots SET last_seq = ? WHERE slot_id = ?", (first + len(records) - 1, slot)
+            )
+        return [
+            StoredRecord(first + index, record.memory_id, record.revision, b"", stored_at)
+            for index, record in enumerate(records)
+        ]
 
     def changes(self, slot: int, after: int, limit: int, max_bytes: int) -> ChangesPage:
         """Records with seq > `after`, lowest first: at most `limit`, and about `max_bytes`.
@@ -372,6 +376,23 @@ class Database(KeyStore):
             ).fetchall()
         records = [StoredRecord(int(s), m, int(r), bytes(c), t) for s, m, r, c, t in rows]
         return ChangesPage(records, last, more=len(sizes) > taken)
+
+
+def _highest_revisions(cursor: Cursor, slot: int, memory_ids: set[str]) -> dict[str, int]:
+    """The highest stored revision of each of `memory_ids` that the slot holds (absent: none stored)."""
+    highest: dict[str, int] = {}
+    ordered = sorted(memory_ids)
+    for start in range(0, len(ordered), _IDS_PER_QUERY):
+        chunk = ordered[start : start + _IDS_PER_QUERY]
+        marks = ", ".join("?" * len(chunk))
+        # Only placeholders are joined into the SQL; the ids go as parameters.
+        rows = cursor.execute(
+            f"SELECT memory_id, MAX(revision) FROM records WHERE slot_id = ? AND memory_id IN ({marks}) "  # noqa: S608
+            "GROUP BY memory_id",
+            (slot, *chunk),
+        ).fetchall()
+        highest.update((memory_id, int(revision)) for memory_id, revision in rows)
+    return highest
 
 
 def _stored_account(row: Any) -> StoredAccount:

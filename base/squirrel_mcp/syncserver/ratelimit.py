@@ -4,6 +4,8 @@ A bucket holds up to `burst` tokens and refills at `rate` per second; each
 request takes one. An empty bucket means 429 with Retry-After, the whole seconds
 until a token is back. Budgets live in this process's memory: a restart refills
 them, which is harmless for a limit meant to stop a runaway client, not to bill.
+Several instances behind one load balancer each keep their own, so each is given
+1/N of every budget (`serve --instances N`, app.Limits.share).
 """
 
 from __future__ import annotations
@@ -54,6 +56,12 @@ class RateLimiter:
             bucket.tokens -= 1
             return None
         return max(1, math.ceil((1 - bucket.tokens) / self.rate))
+
+    def give_back(self, key: Hashable) -> None:
+        """Return one token taken from `key`'s bucket (never past `burst`)."""
+        bucket = self._buckets.get(key)
+        if bucket is not None:
+            bucket.tokens = min(float(self.burst), bucket.tokens + 1)
 
     def _forget_full(self, now: float) -> None:
         for key in [
