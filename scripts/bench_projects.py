@@ -34,6 +34,7 @@ import argparse
 import os
 import platform
 import random
+import re
 import statistics
 import sys
 import tempfile
@@ -68,6 +69,8 @@ TARGET = 1.05
 # How many word queries are also checked against the unscoped ranking of every match.
 CHECKED = 30
 SIDES = ("scoped", "unscoped", "scoped, memory by memory")
+# What scripts/bench_hybrid.py adds to the text of each repeat of a recall-corpus memory.
+COPY = re.compile(r" \(copy \d+\)$")
 
 Projects = frozenset[str | None] | None
 
@@ -272,7 +275,8 @@ def hybrid_part(args: argparse.Namespace, names: list[str], folder: Path) -> Out
         if n < len(recall):
             queries.append((recall[n]["query"], project))
             continue
-        said = words.choice(in_scope[project]).text.lower().split()
+        # The memory's own words, not the "(copy n)" its repeats carry: every repeat holds that.
+        said = COPY.sub("", words.choice(in_scope[project]).text).lower().split()
         queries.append((" ".join(words.sample(said, min(words.randint(1, 4), len(said)))), project))
     words.shuffle(queries)
     cache = folder / "cache"
