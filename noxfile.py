@@ -325,6 +325,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "scripts/bench_search.py")
     session.run("python", "scripts/bench_search.py", "--crafted")
     session.run("python", "scripts/bench_hybrid.py")
+    session.run("python", "scripts/bench_projects.py")
     session.run("python", "scripts/bench_embed.py")
     session.run("python", "scripts/bench_warmup.py")
     session.run("python", "scripts/bench_shared.py")

@@ -23,6 +23,7 @@ import math
 import operator
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -223,6 +224,7 @@ def search(
     *,
     limit: int | None = None,
     keep: Callable[[Revision], bool] | None = None,
+    projects: Collection[str | None] | None = None,
 ) -> Outcome:
     """Rank the indexed memories by BM25 over their words times their recency decay.
 
@@ -230,8 +232,9 @@ def search(
     or in part, or a word beginning with one of three or more characters (stopwords
     alone do not make a match; a query of stopwords only gets ONLY_STOPWORDS_NOTE and
     no hits); only the words `plan` keeps count. `keep` filters
-    memories (category, tags); `limit` caps the hits returned, while `total` counts
-    every match.
+    memories (category, tags); `projects` keeps only the memories of these projects
+    (None in it: those with no project; None: every project); `limit` caps the hits
+    returned, while `total` counts every match.
     """
     if not has_letter_or_digit(query):
         return Outcome([], 0, NO_WORDS_NOTE)
@@ -252,10 +255,19 @@ def search(
         if keep is not None or not wanted_terms.issuperset(tables):
             # Stopwords only add to memories a content word matched, and a filter drops some.
             matched = set().union(*(tables[term][0] for term in wanted_terms if term in tables))
+            if keep is not None and projects is not None:
+                # By set intersection first, so `keep` is asked about fewer memories.
+                matched = _within(index, matched, projects)
             if keep is not None:
                 matched = {doc for doc in matched if keep(_revision(index, doc))}
             restrict = set(tables) if keep is not None else set(tables) - wanted_terms
         sums = _scores(index, weights, tables, matched, restrict) if matched is None or matched else {}
+        if projects is not None and keep is None:
+            # Every match is scored as in an unscoped search, which adds a posting's weights in
+            # C; filtering each posting first would cost more than that. Then only the
+            # projects' matches are kept, the same numbers: a score is per memory.
+            inside = _within(index, sums.keys(), projects)
+            sums = dict(zip(inside, map(sums.__getitem__, inside), strict=True))
         if not sums:
             return Outcome([], 0)
         fading = index.fading(now.timestamp())
@@ -275,6 +287,15 @@ def search(
         hits = [Candidate(_revision(index, doc), best[doc], shares[doc]) for doc in chosen]
     hits.sort(key=lambda hit: (-hit.score, -hit.lexical_score, hit.memory.id))
     return Outcome(hits[:limit], total)
+
+
+def _within(index: SearchIndex, docs: AbstractSet[int], projects: Collection[str | None]) -> set[int]:
+    """Those of `docs` in one of `projects` (None: no project), by set intersection. Under the lock."""
+    inside: set[int] = set()
+    for project in projects:
+        # An intersection walks the smaller side: a rare word's matches, or a small project.
+        inside |= index.in_project(project) & docs
+    return inside
 
 
 def _cutoff(scores: list[float], limit: int) -> float:

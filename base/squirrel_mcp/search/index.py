@@ -49,6 +49,7 @@ import time
 from array import array
 from collections import Counter
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from squirrel_mcp.core.models import HALF_LIFE_DAYS, Revision, parse_iso
@@ -75,6 +76,8 @@ RESORT_CHANGES = 256
 # The documents are numbered afresh once the holes left by removed memories are more
 # than this and more than the live memories: rare, and linear in the postings.
 RENUMBER_HOLES = 1024
+# The documents of a project the index holds no memory of.
+_NO_DOCS: frozenset[int] = frozenset()
 # A memory's category as one byte, its place in this list.
 CATEGORIES = list(HALF_LIFE_DAYS)
 _CATEGORY_CODES = {category: code for code, category in enumerate(CATEGORIES)}
@@ -197,6 +200,9 @@ class SearchIndex:
         # terms that were added to or dropped from `postings` since.
         self._vocabulary: list[str] = []
         self._changed: set[str] = set()
+        # Project -> its documents (None: no project), so a search scoped to projects keeps their
+        # matches by set intersection. Made at the first such search, then kept up to date.
+        self._projects: dict[str | None, set[int]] | None = None
         for memory in memories or []:
             self.add(memory)
 
@@ -308,6 +314,8 @@ class SearchIndex:
             self.categories.append(_CATEGORY_CODES[memory.category])
             self._content.append(len(full.keys() - STOPWORDS))
             self._numbers[memory.id] = doc
+            if self._projects is not None:
+                self._projects.setdefault(memory.project, set()).add(doc)
 
     def remove(self, memory_id: str) -> None:
         """Drop a memory from the index; nothing happens if it is not there."""
@@ -319,6 +327,11 @@ class SearchIndex:
             assert memory is not None
             self.docs[doc] = None
             self._holes += 1
+            if self._projects is not None:
+                held = self._projects[memory.project]
+                held.discard(doc)
+                if not held:
+                    del self._projects[memory.project]
             full, half, _ = memory_terms(memory)
             for term in full.keys() | half.keys():
                 posting = self.postings[term]
@@ -353,6 +366,8 @@ class SearchIndex:
         self._content = array("I", itertools.compress(self._content, kept))
         self._numbers = {memory.id: doc for doc, memory in enumerate(self.docs) if memory is not None}
         self._holes = 0
+        # Made afresh, with the new numbers, at the next search that needs it.
+        self._projects = None
 
     def vocabulary(self) -> list[str]:
         """Every term in the index, sorted: brought up to date with the changes since the last call."""
@@ -392,6 +407,17 @@ class SearchIndex:
             return found
         # sorted() is stable, so terms of one length keep their sorted order.
         return exact + sorted(sorted(found[len(exact) :], key=len)[:limit])
+
+    def in_project(self, project: str | None) -> AbstractSet[int]:
+        """The numbers of `project`'s documents (None: those with no project); hold `lock` to use them."""
+        with self.lock:
+            if self._projects is None:
+                projects: dict[str | None, set[int]] = {}
+                for doc, memory in enumerate(self.docs):
+                    if memory is not None:
+                        projects.setdefault(memory.project, set()).add(doc)
+                self._projects = projects
+            return self._projects.get(project, _NO_DOCS)
 
     def fading(self, now: float) -> list[float]:
         """Each category's decay from the epoch to `now` (epoch seconds), by code: what a search applies."""

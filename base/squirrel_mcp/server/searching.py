@@ -99,12 +99,15 @@ def run_search(
     )
     # Another ranker may rank any word match, so it gets all of them; lexical needs the top `limit`.
     everything = host.has_rankers()
+    # The projects are kept by the index's sets of documents; a category or tags, memory by memory.
+    by_memory = category is not None or bool(tags)
     outcome = bm25.search(
         store.index,
         query,
         now,
         limit=None if everything else limit,
-        keep=options.accepts if options.filtered else None,
+        keep=options.accepts if by_memory else None,
+        projects=projects,
     )
     if outcome.note is not None and not everything:
         return SearchResult(
