@@ -329,6 +329,8 @@ def bench(session: nox.Session) -> None:
     session.run("python", "scripts/bench_vault_look.py")
     # LoCoMo, when its conversations are there (SQUIRREL_LOCOMO_DATA or ../shared/data/locomo).
     session.run("python", "scripts/bench_locomo.py")
+    # The prompt hook's confidence rule, calibrated on the same conversations: docs/benchmarks/hooks.md.
+    session.run("python", "scripts/calibrate_hooks.py")
     with postgres_for_tests(session):
         session.run("python", "scripts/bench_sync.py")
 
