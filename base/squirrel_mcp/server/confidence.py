@@ -53,11 +53,13 @@ class Rule:
 # Ranked by the plugin, the cosine alone decides: words never suffice (min_lexical above any share),
 # as a prompt's few common words ("the other one", "thanks") match something in any vault. A hit
 # still without a vector in such a ranking is therefore not shown.
-HYBRID = Rule(min_semantic=0.38, min_lexical=1.01)
+# The bar was set by the largest vault measured (3,260 memories): more memories give a prompt
+# more to come close to by chance, so a larger vault shows more prompts something.
+HYBRID = Rule(min_semantic=0.42, min_lexical=1.01)
 # Words only, a share of the prompt's words says little (a one-word prompt matches fully); BM25's
-# score, which grows with how many and how rare the matched words are, does. Its scale grows with
-# the vault's size, so on far larger vaults than those measured this bar lets more through.
-WORDS_ONLY = Rule(min_semantic=None, min_lexical=0.34, min_score=8.0)
+# score, which grows with how many and how rare the matched words are, does. Its scale also grows
+# with the vault (a word is rarer among more memories): the same caveat, more so.
+WORDS_ONLY = Rule(min_semantic=None, min_lexical=0.34, min_score=11.0)
 
 
 def rule_for(result: SearchResult) -> Rule:
