@@ -178,7 +178,7 @@ def test_the_script_runs_words_only_on_a_made_up_conversation_and_writes_only_it
     assert "old figures" not in text
     section = text[len(before) : -len(after)]
     assert "| words only |" in section and "| hybrid |" not in section
-    assert "conversations 1" in section and "Build measured: a test." in section
+    assert "(conversations\n  1)" in section and "Build measured: a test." in section
     assert "LoCoMo's 2 questions" in section and f"the {len(hook_prompts.PROMPTS)} prompts" in section
     # A second run rewrites the same section in place: the report does not grow.
     assert calibrate_hooks.main(args) == 0
