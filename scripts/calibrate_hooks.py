@@ -27,7 +27,6 @@ the grid can be re-run on them without searching again.
 from __future__ import annotations
 
 import argparse
-import itertools
 import pickle
 import secrets
 import sys
@@ -40,6 +39,26 @@ from pathlib import Path
 from bench_locomo import DATA, Conversation, conversation_files, load
 from calibrate_floor import conversation_memories, vault_of
 from hook_prompts import PROMPTS
+from hooks_grid import (
+    EVEN,
+    GAPS,
+    HYBRID,
+    LEADS,
+    LEXICAL,
+    SCORES,
+    SEMANTIC,
+    TARGET,
+    WORDS,
+    Asked,
+    Figures,
+    answered,
+    choose,
+    figures,
+    grid,
+    narrowed,
+    narrowest,
+    within_target,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 # The recall corpus's loader lives with the tests; run from anywhere, it is found from the root.
@@ -50,7 +69,6 @@ from squirrel_mcp.core.models import Revision  # noqa: E402
 from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager  # noqa: E402
 from squirrel_mcp.server import confidence  # noqa: E402
 from squirrel_mcp.server.confidence import Rule  # noqa: E402
-from squirrel_mcp.server.results import SearchHit  # noqa: E402
 from squirrel_mcp.server.searching import run_search  # noqa: E402
 from squirrel_mcp.storage.local import LocalVault  # noqa: E402
 from tests.recall.corpus import CORPUS, NOW, SETS, UNANSWERABLE, hex_id, revision  # noqa: E402
@@ -61,24 +79,7 @@ BEGIN, END = "<!-- calibration -->", "<!-- /calibration -->"
 # Every memory here has no project, so a session in any project sees them all.
 LIMIT = 5
 SCOPE: frozenset[str | None] = frozenset({None})
-# The share of unanswerable prompts that may be shown anything, in every vault.
-TARGET = 0.10
-# LoCoMo shares this close to the best count as even: 0.01 of its 762 questions is 7 or 8, less
-# than one rule's edge over another can be trusted to hold on other conversations.
-EVEN = 0.01
-HYBRID, WORDS = "hybrid", "words only"
 ALL_IN_ONE = "all in one"
-
-
-@dataclass(frozen=True)
-class Asked:
-    """One search as the prompt hook makes it: where, how ranked, its hits, and which would answer."""
-
-    kind: str  # "locomo", "paraphrase", "exact" (answerable) or "prompt" (nothing answers)
-    vault: str
-    ranking: str
-    hits: list[SearchHit]
-    answers: frozenset[str]
 
 
 @dataclass
@@ -147,97 +148,6 @@ def corpus_asked(*, words_only: bool) -> list[Asked]:
     return asked
 
 
-@dataclass(frozen=True)
-class Figures:
-    """What one rule does on one ranking's searches."""
-
-    shown: dict[str, float]  # per answerable kind: the share of its questions shown anything
-    answered: dict[str, float]  # per answerable kind: the share shown an answer (an evidence turn)
-    precision: dict[str, float]  # per answerable kind: of the questions shown anything, the share answered
-    prompts: dict[str, float]  # per vault: the share of unanswerable prompts shown anything
-    questions: dict[str, int]  # per answerable kind: how many
-
-    @property
-    def worst_prompts(self) -> float:
-        return max(self.prompts.values(), default=0.0)
-
-
-def figures(rule: Rule, asked: Sequence[Asked]) -> Figures:
-    """`rule` applied to every search of one ranking."""
-    shown: dict[str, list[bool]] = {}
-    answered: dict[str, list[bool]] = {}
-    prompts: dict[str, list[bool]] = {}
-    for search in asked:
-        kept = rule.kept(search.hits)
-        if search.kind == "prompt":
-            prompts.setdefault(search.vault, []).append(bool(kept))
-            continue
-        shown.setdefault(search.kind, []).append(bool(kept))
-        answered.setdefault(search.kind, []).append(any(hit.id in search.answers for hit in kept))
-
-    def share(flags: list[bool]) -> float:
-        return sum(flags) / len(flags) if flags else 0.0
-
-    return Figures(
-        shown={kind: share(flags) for kind, flags in shown.items()},
-        answered={kind: share(flags) for kind, flags in answered.items()},
-        precision={kind: sum(answered[kind]) / max(1, sum(flags)) for kind, flags in shown.items()},
-        prompts={vault: share(flags) for vault, flags in prompts.items()},
-        questions={kind: len(flags) for kind, flags in shown.items()},
-    )
-
-
-# The grids searched, per ranking. min_lexical 0.999: every word (a share of 1 up to rounding);
-# 1.01 (above any share): words never suffice alone.
-# A hybrid score is 0-1 (docs/hybrid.md); a words-only score is BM25's, whose scale grows with
-# the vault (a rarer word weighs more), so its grid is wider.
-SEMANTIC = (0.30, 0.35, 0.38, 0.40, 0.42, 0.43, 0.44, 0.45, 0.46, 0.48, 0.50, 0.55, 0.60, 0.65, 0.70)
-LEXICAL = (0.34, 0.5, 0.6, 0.67, 0.75, 0.8, 0.999, 1.01)
-SCORES = {HYBRID: (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7), WORDS: (0.0, 4, 6, 8, 9, 10, 11, 12, 13, 14, 16, 20)}
-GAPS = {HYBRID: (0.0, 0.02, 0.05, 0.1), WORDS: (0.0, 0.5, 1, 2, 4)}
-
-
-def grid(ranking: str) -> list[Rule]:
-    """Every rule searched for `ranking`."""
-    semantic: Sequence[float | None] = SEMANTIC if ranking == HYBRID else (None,)
-    return [
-        Rule(min_semantic=s, min_lexical=lexical, min_score=score, min_gap=gap)
-        for s, lexical, score, gap in itertools.product(semantic, LEXICAL, SCORES[ranking], GAPS[ranking])
-    ]
-
-
-def answered(pair: tuple[Rule, Figures]) -> float:
-    return pair[1].answered.get("locomo", 0.0)
-
-
-def within_target(measured: Sequence[tuple[Rule, Figures]]) -> list[tuple[Rule, Figures]]:
-    return [pair for pair in measured if pair[1].worst_prompts <= TARGET]
-
-
-def choose(measured: Sequence[tuple[Rule, Figures]]) -> tuple[Rule, Figures]:
-    """Within TARGET in every vault, (nearly) the most LoCoMo questions shown an evidence turn.
-
-    Of the rules within EVEN of the most, the one showing the fewest unanswerable prompts
-    anything in its worst vault, then the most LoCoMo questions, then the most precise: a rule
-    at the target's very edge on 60 prompts is one prompt away from past it.
-    """
-    within = within_target(measured)
-    if not within:
-        raise SystemExit("calibrate_hooks: no rule of the grid keeps the prompts within the target")
-    best = max(map(answered, within))
-    near = [pair for pair in within if answered(pair) >= best - EVEN]
-    return min(
-        near,
-        key=lambda pair: (
-            pair[1].worst_prompts,
-            -answered(pair),
-            -pair[1].precision.get("locomo", 0.0),
-            pair[0].min_score,
-            pair[0].min_gap,
-        ),
-    )
-
-
 def all_in_one_asked(conversations: Sequence[Conversation], *, words_only: bool) -> list[Asked]:
     """Every prompt in one vault holding the recall corpus and every conversation's turns.
 
@@ -265,6 +175,8 @@ def rule_text(rule: Rule) -> str:
         text = f"({text}) and score >= {rule.min_score:g}"
     if rule.min_gap:
         text += f"; the first hit {rule.min_gap:g} ahead of the second"
+    if rule.within_best is not None:
+        text += f"; only hits within {rule.within_best:g} of the best one's score"
     return text
 
 
@@ -273,45 +185,37 @@ def row(rule: Rule, fig: Figures, vaults: Sequence[str]) -> str:
     kinds = " | ".join(f"{fig.answered.get(kind, 0.0):.1%}" for kind in ("paraphrase", "exact"))
     return (
         f"| {rule_text(rule)} | {fig.shown.get('locomo', 0.0):.1%} | {fig.answered.get('locomo', 0.0):.1%} | "
-        f"{fig.precision.get('locomo', 0.0):.1%} | {kinds} | "
-        f"{fig.shown.get('unanswerable', 0.0):.0%} | {prompts} |"
+        f"{fig.precision.get('locomo', 0.0):.1%} | {fig.hits_shown:.2f} | {fig.hits_answering:.1%} | "
+        f"{kinds} | {fig.shown.get('unanswerable', 0.0):.0%} | {prompts} |"
     )
 
 
-def render(
-    chosen: dict[str, tuple[tuple[Rule, Figures], list[tuple[Rule, Figures]]]],
-    names: Sequence[str],
-    args: argparse.Namespace,
-) -> str:
-    any_figures = next(iter(chosen.values()))[0][1]
-    vaults = ["recall corpus", *names, ALL_IN_ONE]
-    questions = any_figures.questions
-    header = (
-        "| rule | LoCoMo: shown anything | shown an evidence turn | of those shown, answered "
-        "| paraphrase: answered | exact: answered | unanswerable questions: shown anything | "
-        + " | ".join(f"prompts shown anything: {vault}" for vault in vaults)
-        + " |"
-    )
-    rule_line = "|---" + "|---:" * (6 + len(vaults)) + "|"
-    lines = [
+# Per ranking: the rule picked, every rule of the grid measured, and the picked rule's cuts.
+Chosen = dict[str, tuple[tuple[Rule, Figures], list[tuple[Rule, Figures]], list[tuple[Rule, Figures]]]]
+
+
+def intro(questions: dict[str, int], names: Sequence[str], build: str) -> list[str]:
+    """What was measured, how, and how the rule was picked."""
+    return [
         "## Calibration",
         "",
         "Written by scripts/calibrate_hooks.py (`python scripts/calibrate_hooks.py [LOCOMO_DIR]`; `nox -s",
         "bench` runs it), with the embeddings plugin and its model installed (`--words-only` without),",
         "through `run_search` (the code behind search_memory) as the prompt hook searches: limit 5, the",
         "session's default scope, every memory embedded first.",
-        f"Build measured: {args.build}.",
+        f"Build measured: {build}.",
         "",
         f"- Answerable: LoCoMo's {questions.get('locomo', 0)} questions of categories 1-4 (conversations",
         f"  {', '.join(names)}), each in its conversation's vault of one memory per turn (the data is",
         "  read at run time from outside the repository). Shown anything: the rule kept a hit; shown an",
-        "  evidence turn: a kept hit is one of the question's evidence turns. Beside them, the recall",
-        f"  corpus's {questions.get('paraphrase', 0)} paraphrase and {questions.get('exact', 0)} exact-word "
-        "queries (tests/recall/): a kept hit is",
-        f"  an expected memory; and its {questions.get('unanswerable', 0)} unanswerable questions "
-        "(tests/recall/unanswerable.json:",
-        "  shaped like questions, about things the corpus does not hold): the share shown anything,",
-        "  reported but not a target.",
+        "  evidence turn: a kept hit is one of the question's evidence turns; hits shown: per question",
+        "  shown anything; evidence hits: the share of the hits shown that are evidence turns. Beside",
+        f"  them, the recall corpus's {questions.get('paraphrase', 0)} paraphrase and "
+        f"{questions.get('exact', 0)} exact-word queries (tests/recall/):",
+        f"  a kept hit is an expected memory; and its {questions.get('unanswerable', 0)} unanswerable "
+        "questions (tests/recall/",
+        "  unanswerable.json: shaped like questions, about things the corpus does not hold): the share",
+        "  shown anything, reported but not a target.",
         f"- Unanswerable: the {len(PROMPTS)} prompts of scripts/hook_prompts.py (coding requests, greetings,",
         "  follow-ups, written before anything was measured), in the recall corpus's vault, in each",
         "  conversation's, and in one vault holding all of them (all in one: a larger vault gives a prompt",
@@ -321,17 +225,28 @@ def render(
         f"  those within {EVEN:.0%} of the most LoCoMo questions shown an evidence turn count as even,",
         "  and of them the one showing the fewest prompts anything in its worst vault wins (with",
         f"  {len(PROMPTS)} prompts, a rule at the target's edge is one prompt from past it); the rule",
-        "  strictly the most is listed under the table.",
-        "",
-        "### Chosen",
-        "",
-        "| ranking |" + header[1:],
-        "|---" + rule_line,
+        "  strictly the most is listed under the table. Then, of that rule with each cut below the",
+        f"  best hit's score, the one losing at most {EVEN:.0%} of its LoCoMo answers that shows the",
+        "  fewest hits.",
     ]
-    for ranking, ((rule, fig), _) in chosen.items():
+
+
+def render(chosen: Chosen, names: Sequence[str], args: argparse.Namespace) -> str:
+    vaults = ["recall corpus", *names, ALL_IN_ONE]
+    header = (
+        "| rule | LoCoMo: shown anything | shown an evidence turn | of those shown, answered | hits shown "
+        "| evidence hits | paraphrase: answered | exact: answered | unanswerable questions: shown anything | "
+        + " | ".join(f"prompts shown anything: {vault}" for vault in vaults)
+        + " |"
+    )
+    rule_line = "|---" + "|---:" * (8 + len(vaults)) + "|"
+    questions = next(iter(chosen.values()))[0][1].questions
+    lines = [*intro(questions, names, args.build), "", "### Chosen", "", "| ranking |" + header[1:]]
+    lines.append("|---" + rule_line)
+    for ranking, ((rule, fig), _, _) in chosen.items():
         lines.append(f"| {ranking} " + row(rule, fig, vaults))
     lines.append("")
-    for ranking, ((rule, _), measured) in chosen.items():
+    for ranking, ((rule, _), measured, _) in chosen.items():
         most = max(within_target(measured), key=answered)
         shipped = confidence.HYBRID if ranking == HYBRID else confidence.WORDS_ONLY
         lines.append(
@@ -340,21 +255,24 @@ def render(
             + f"; strictly the most: {rule_text(most[0])}, {answered(most):.1%} shown an evidence turn, "
             f"{most[1].worst_prompts:.0%} of prompts shown anything in its worst vault."
         )
-    for ranking, (_, measured) in chosen.items():
+    for ranking, (_, measured, variants) in chosen.items():
+        lines += ["", f"### {ranking}: each threshold alone, and the best rule within the target", ""]
+        lines += [header, rule_line, *(row(rule, fig, vaults) for rule, fig in frontier(ranking, measured))]
         lines += [
             "",
-            f"### {ranking}: each threshold alone, and the best rule within the target",
+            f"### {ranking}: the rule picked, with each cut below the best hit",
             "",
             header,
             rule_line,
         ]
-        lines += [row(rule, fig, vaults) for rule, fig in frontier(ranking, measured)]
+        lines += [row(rule, fig, vaults) for rule, fig in variants]
     lines += ["", "Grids searched (every combination of the values):", ""]
     for ranking in chosen:
         semantic = f"semanticScore {listed(SEMANTIC)}; " if ranking == HYBRID else ""
         lines.append(
             f"- {ranking}: {semantic}lexicalScore {listed(LEXICAL)}; score {listed(SCORES[ranking])}; "
-            f"the first hit's lead in score {listed(GAPS[ranking])}."
+            f"the first hit's lead in score {listed(GAPS[ranking])}; then the cut below the best hit "
+            f"{listed([lead for lead in LEADS[ranking] if lead is not None])} (or none)."
         )
     lines.append("")
     return "\n".join(lines)
@@ -431,11 +349,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     conversations = [load(path) for path in files]
     asked = searched(conversations, words_only=args.words_only, cache=args.cache)
     rankings = [WORDS] if args.words_only else [HYBRID, WORDS]
-    chosen = {}
+    chosen: Chosen = {}
     for ranking in rankings:
         mine = [search for search in asked if search.ranking == ranking]
         measured = [(rule, figures(rule, mine)) for rule in grid(ranking)]
-        chosen[ranking] = (choose(measured), measured)
+        picked = choose(measured)
+        variants = narrowed(ranking, picked[0], mine)
+        chosen[ranking] = (narrowest(picked, variants), measured, variants)
     text = render(chosen, [c.name for c in conversations], args)
     write_section(args.report, text)
     print(text)

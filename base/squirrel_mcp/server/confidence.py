@@ -24,12 +24,16 @@ class Rule:
     words. A hit without one (words only) is kept on the second alone. `min_score`, when set,
     also asks the ranking's own score to reach it, and `min_gap` asks the first hit to lead the
     second by that much in score (a flat top five is a ranking guessing, not knowing).
+    `within_best`, when set, keeps only the hits whose score is within that of the best hit
+    kept: a prompt naming a person comes close to every memory about them, and the one that
+    answers stands out from the rest.
     """
 
     min_semantic: float | None
     min_lexical: float
     min_score: float = 0.0
     min_gap: float = 0.0
+    within_best: float | None = None
 
     def keeps(self, hit: SearchHit) -> bool:
         """Whether `hit`'s own scores pass (the gap, which needs the others, is `kept`'s)."""
@@ -46,7 +50,11 @@ class Rule:
         """The hits of one ranking (best first) this rule keeps, in rank order."""
         if self.min_gap and len(hits) > 1 and hits[0].score - hits[1].score < self.min_gap:
             return []
-        return [hit for hit in hits if self.keeps(hit)]
+        kept = [hit for hit in hits if self.keeps(hit)]
+        if self.within_best is None or not kept:
+            return kept
+        bar = max(hit.score for hit in kept) - self.within_best
+        return [hit for hit in kept if hit.score >= bar]
 
 
 # Calibrated by scripts/calibrate_hooks.py; the figures and the grid are in docs/benchmarks/hooks.md.
@@ -58,8 +66,9 @@ class Rule:
 HYBRID = Rule(min_semantic=0.42, min_lexical=1.01)
 # Words only, a share of the prompt's words says little (a one-word prompt matches fully); BM25's
 # score, which grows with how many and how rare the matched words are, does. Its scale also grows
-# with the vault (a word is rarer among more memories): the same caveat, more so.
-WORDS_ONLY = Rule(min_semantic=None, min_lexical=0.34, min_score=11.0)
+# with the vault (a word is rarer among more memories): the same caveat, more so. Hits far below
+# the best are left out: fewer shown for almost the same answers.
+WORDS_ONLY = Rule(min_semantic=None, min_lexical=0.34, min_score=11.0, within_best=8.0)
 
 
 def rule_for(result: SearchResult) -> Rule:
