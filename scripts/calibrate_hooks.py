@@ -222,12 +222,12 @@ def intro(questions: dict[str, int], names: Sequence[str], build: str) -> list[s
         "  more memories to come close to by chance, and raises BM25's scores): the share of prompts",
         "  shown anything.",
         f"- Chosen: of the rules that keep every vault's unanswerable share at or below {TARGET:.0%},",
-        f"  those within {EVEN:.0%} of the most LoCoMo questions shown an evidence turn count as even,",
-        "  and of them the one showing the fewest prompts anything in its worst vault wins (with",
+        f"  those within {EVEN * 100:g} point of the most LoCoMo questions shown an evidence turn count as",
+        "  even, and of them the one showing the fewest prompts anything in its worst vault wins (with",
         f"  {len(PROMPTS)} prompts, a rule at the target's edge is one prompt from past it); the rule",
         "  strictly the most is listed under the table. Then, of that rule with each cut below the",
-        f"  best hit's score, the one losing at most {EVEN:.0%} of its LoCoMo answers that shows the",
-        "  fewest hits.",
+        f"  best hit's score, the one losing at most {EVEN * 100:g} point of LoCoMo questions shown an",
+        "  evidence turn that shows the fewest hits.",
     ]
 
 
