@@ -330,6 +330,8 @@ def bench(session: nox.Session) -> None:
     session.run("python", "scripts/bench_warmup.py")
     session.run("python", "scripts/bench_shared.py")
     session.run("python", "scripts/bench_vault_look.py")
+    # The prompt hook's confidence rule, on LoCoMo (when there) and prompts: docs/benchmarks/hooks.md.
+    session.run("python", "scripts/calibrate_hooks.py")
     # LoCoMo, when its conversations are there (SQUIRREL_LOCOMO_DATA or ../shared/data/locomo).
     session.run("python", "scripts/bench_locomo.py")
     subprocess.run([HAPROXY_SCRIPT], check=True)
