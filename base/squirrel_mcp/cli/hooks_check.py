@@ -19,8 +19,8 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
+from squirrel_mcp.cli.errors import UserError
 from squirrel_mcp.cli.hooks_install import BOM, HOSTS, commands_of, is_ours, read_settings, settings_path
-from squirrel_mcp.cli.unlock import UserError
 from squirrel_mcp.plugins.checks import Check
 
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")

@@ -44,9 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from squirrel_mcp.cli import json_edit
-from squirrel_mcp.cli.account import server_command
+from squirrel_mcp.cli.errors import UserError
 from squirrel_mcp.cli.hosts import MAX_CONFIG_BYTES
-from squirrel_mcp.cli.unlock import UserError
 
 BACKUP_SUFFIX = ".squirrel-mcp.bak"
 BOM = "\ufeff"
@@ -100,6 +99,9 @@ def settings_path(host: str, *, project: bool, environ: dict[str, str], home: Pa
 
 def program() -> list[str]:
     """The words that start this installation, as `init`'s block has them (absolute paths)."""
+    # Here, not at the top: the command line imports this module, and account.py the vault's code.
+    from squirrel_mcp.cli.account import server_command
+
     command, args = server_command()
     if args[1:] == ["-m", "squirrel_mcp"]:
         # Run as `python -m squirrel_mcp`: the installation's own script, when it has one, says

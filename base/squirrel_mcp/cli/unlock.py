@@ -22,6 +22,7 @@ from squirrel_mcp.book.checkpoint import Place
 from squirrel_mcp.book.errors import LogDivergedError, NoAccountError
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.book.transfer import ImportFileError, field_locations
+from squirrel_mcp.cli.errors import UserError as UserError
 from squirrel_mcp.core import heap, keychain
 from squirrel_mcp.core.config import APP_NAME, Config, ConfigError, check_api_base_url, location
 from squirrel_mcp.core.keychain import KeychainError, NoKeychainError
@@ -34,10 +35,6 @@ MIN_PASSPHRASE = 8
 # How often a new passphrase is asked for (too short, or confirmed differently) before giving up.
 PASSPHRASE_ATTEMPTS = 3
 # `export` wrote its file but left out revisions it could not read (see the module docstring).
-
-
-class UserError(Exception):
-    """Something the user can fix; the message says what."""
 
 
 class StaleKeychainError(WrongPassphraseError):

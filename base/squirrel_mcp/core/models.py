@@ -101,7 +101,11 @@ Tags = Annotated[list[Tag], Field(max_length=MAX_TAGS), AfterValidator(_unique)]
 
 
 # A project's name (squirrel_mcp.core.projects says the rules).
-ProjectName = Annotated[str, StringConstraints(strip_whitespace=True), AfterValidator(checked_name)]
+ProjectName = Annotated[
+    str,
+    StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_PROJECT),
+    AfterValidator(checked_name),
+]
 Keywords = Annotated[list[Tag], Field(max_length=MAX_KEYWORDS), AfterValidator(_unique)]
 Reason = Annotated[
     str,

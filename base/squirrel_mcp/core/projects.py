@@ -69,7 +69,7 @@ def checked_name(value: str) -> str:
     if _CONTROL.search(value):
         raise ProjectError("must not contain control characters")
     if value == EVERY_PROJECT:
-        raise ProjectError(f'must not be "{EVERY_PROJECT}", which means every project')
+        raise ProjectError(f'"{EVERY_PROJECT}" means every project and cannot be one\'s name')
     return value
 
 
