@@ -50,8 +50,8 @@ def _why_no_browser() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
+def launch_chromium() -> Iterator[Browser]:
+    """Headless Chromium for a module's browser tests: skipped where it is missing, failed where required."""
     why = _why_no_browser()
     if why is not None:
         if os.environ.get("SQUIRREL_TEST_BROWSER_REQUIRED") == "1":
@@ -63,6 +63,11 @@ def browser() -> Iterator[Browser]:
             yield launched
         finally:
             launched.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    yield from launch_chromium()
 
 
 def open_page(browser: Browser) -> tuple[BrowserContext, Page, list[str]]:

@@ -23,19 +23,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from squirrel_mcp.ui.session import Session, State
 from tests.conftest import PASSPHRASE, SHARED_MODE, host_env, run_cli, secrets_of_this_test
 from tests.shared_support import memory_process, wait_until
-from tests.test_ui_browser import CHROMIUM, WAIT_MS, _why_no_browser
+from tests.test_ui_browser import WAIT_MS, launch_chromium
 from tests.ui_support import FORM, create_vault, form_body, library, running_ui, save
 
-try:
-    from playwright.sync_api import Browser, sync_playwright
-except ImportError:  # pragma: no cover - the lock files install it
-    sync_playwright = None  # type: ignore[assignment]
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 SECRET_TEXT = "The spare key hides under the blue flowerpot"
 PAGE_NAME = re.compile(r"squirrel-[0-9a-f]{32}\.localhost")
@@ -43,17 +42,7 @@ PAGE_NAME = re.compile(r"squirrel-[0-9a-f]{32}\.localhost")
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    why = _why_no_browser()
-    if why is not None:
-        if os.environ.get("SQUIRREL_TEST_BROWSER_REQUIRED") == "1":
-            pytest.fail(f"the browser test must run here: {why}")
-        pytest.skip(why)
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
-        try:
-            yield launched
-        finally:
-            launched.close()
+    yield from launch_chromium()
 
 
 @contextmanager

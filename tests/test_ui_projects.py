@@ -12,11 +12,11 @@ those of one run).
 from __future__ import annotations
 
 import html
-import os
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 import pytest
@@ -26,7 +26,7 @@ from squirrel_mcp.core.models import Category, Revision
 from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager
 from squirrel_mcp.server.searching import run_search
 from tests.conftest import secrets_of_this_test
-from tests.test_ui_browser import CHROMIUM, open_page, screenshot, shown_cards, shown_history
+from tests.test_ui_browser import launch_chromium, open_page, screenshot, shown_cards, shown_history
 from tests.ui_support import FORM, Ui, create_vault, library, running_ui
 
 # Every test here starts `squirrel-mcp ui` (and a browser) in processes of their own.
@@ -39,30 +39,13 @@ MOVED = "moved to another project on the page"
 SELECT = "form.filters select[name=project]"
 BULK_RESULT = re.compile(r"/bulk\?outcome=[\w-]+$")
 
-try:
-    from playwright.sync_api import Browser, Page, sync_playwright
-except ImportError:  # pragma: no cover - the lock files install it
-    sync_playwright = None  # type: ignore[assignment]
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    """Chromium for this module's browser tests, skipped (or failed, where required) as test_ui_browser's."""
-    why = None
-    if sync_playwright is None:
-        why = "playwright is not installed (requirements/dev.txt has it)"
-    elif not CHROMIUM.exists():
-        why = f"{CHROMIUM} is missing: .ci/chromium installs Debian's chromium (as root)"
-    if why is not None:
-        if os.environ.get("SQUIRREL_TEST_BROWSER_REQUIRED") == "1":
-            pytest.fail(f"the browser test must run here: {why}")
-        pytest.skip(why)
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
-        try:
-            yield launched
-        finally:
-            launched.close()
+    yield from launch_chromium()
 
 
 def save(
