@@ -142,10 +142,11 @@ def vault(base: dict[str, str], folder: Path, projects: list[str]) -> dict[str, 
     return env
 
 
-async def ask(env: dict[str, str], project: str) -> tuple[int, int, int]:
-    """For a host in `project`: (questions whose own answer is in the first 5, results from another
-    project), and the results from another project when three of the questions are asked of every one."""
-    found = foreign = seen_elsewhere = 0
+async def ask(env: dict[str, str], project: str) -> tuple[int, int, int, int]:
+    """For a host in `project`: (questions whose own answer is in the first 5, and first, results
+    from another project), and the results from another project when three of the questions are
+    asked of every one."""
+    found = first = foreign = seen_elsewhere = 0
     index = PROJECTS.index(project)
     async with Client(server_params({**env, "SQUIRREL_PROJECT": project})) as client:
         for topic, values in TOPICS:
@@ -154,13 +155,14 @@ async def ask(env: dict[str, str], project: str) -> tuple[int, int, int]:
             foreign += sum(1 for hit in results if hit["project"] not in (project, None))
             own = f"The {topic} we use here is {values[index]}."
             found += any(hit["text"] == own for hit in results)
+            first += bool(results) and results[0]["text"] == own
         # Asked of every project, the same questions find the others' answers: the measure can see a leak.
         for topic, _ in TOPICS[:3]:
             every = await call(
                 client, "search_memory", query=f"Which {topic} do we use?", project="*", limit=5
             )
             seen_elsewhere += sum(1 for hit in every["results"] if hit["project"] not in (project, None))
-    return found, foreign, seen_elsewhere
+    return found, first, foreign, seen_elsewhere
 
 
 async def test_no_result_from_another_project_and_no_lower_recall_than_alone(
@@ -172,9 +174,15 @@ async def test_no_result_from_another_project_and_no_lower_recall_than_alone(
         alone_folder = tmp_path / f"alone-{PROJECTS.index(project)}"
         alone_folder.mkdir()
         alone = vault(vault_env, alone_folder, [project])
-        found_mixed, foreign, elsewhere = await ask(mixed, project)
-        found_alone, _, _ = await ask(alone, project)
+        found_mixed, first_mixed, foreign, elsewhere = await ask(mixed, project)
+        found_alone, first_alone, _, _ = await ask(alone, project)
+        # The figures, for whoever runs this with -s.
+        print(
+            f"{project}: own answer in the first 5 {found_mixed}/{len(TOPICS)} mixed, {found_alone} alone; "
+            f"first {first_mixed} mixed, {first_alone} alone; other projects' with '*': {elsewhere}"
+        )
         assert foreign == 0, project
+        assert first_mixed >= first_alone, (project, first_mixed, first_alone)
         assert elsewhere > 0, project
         assert found_mixed >= found_alone, (project, found_mixed, found_alone)
         # The questions are answerable: the measure would say nothing if none were found.
