@@ -326,6 +326,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "scripts/bench_embed.py")
     session.run("python", "scripts/bench_warmup.py")
     session.run("python", "scripts/bench_shared.py")
+    session.run("python", "scripts/bench_hooks.py")
     session.run("python", "scripts/bench_vault_look.py")
     # LoCoMo, when its conversations are there (SQUIRREL_LOCOMO_DATA or ../shared/data/locomo).
     session.run("python", "scripts/bench_locomo.py")

@@ -12,13 +12,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from squirrel_mcp.core.hello import MAX_HOOK_PROMPT
+from squirrel_mcp.core.hello import MAX_HELLO, MAX_HOOK_PROMPT
 
 if TYPE_CHECKING:
     import socket
 
     from squirrel_mcp.cli.bridge import Bridge
+    from squirrel_mcp.core.channel import Channel
     from squirrel_mcp.core.config import Config
+    from squirrel_mcp.core.hello import Hello
 
 
 class Silent(Exception):
@@ -30,7 +32,6 @@ NOTHING = "nothing was added"
 
 def ask(env: dict[str, str], cwd: Path, event: str, budget: int, prompt: str | None) -> str | None:
     """The memory process's text for `event` in the project of `cwd`; None: nothing; Silent: why not."""
-    from squirrel_mcp.cli.bridge import Bridge, Unreachable
     from squirrel_mcp.core.channel import Channel, ChannelError, supported
     from squirrel_mcp.core.config import Config, ConfigError
     from squirrel_mcp.core.hello import Hello, HookRequest, identity, settings
@@ -55,16 +56,47 @@ def ask(env: dict[str, str], cwd: Path, event: str, budget: int, prompt: str | N
         raise Silent(f"the vault's channel cannot be found ({type(error).__name__}); {NOTHING}") from None
     request = HookRequest(event, budget, None if prompt is None else prompt[:MAX_HOOK_PROMPT])
     hello = Hello(served, settings(config, env), None, project=project, hook=request)
-    bridge = Bridge(channel, hello, env)
-    try:
-        connected = bridge.ask()
-    except Unreachable as error:
-        raise Silent(f"{error.reason}; {NOTHING}") from None
+    connected = _running(channel, hello)
     if connected is None:
-        connected = _started(bridge, config)
+        from squirrel_mcp.cli.bridge import Bridge
+
+        connected = _started(Bridge(channel, hello, env), config)
     if isinstance(connected, str):
         raise Silent(f"{connected}; {NOTHING}")
     return _answer(*connected, budget)
+
+
+def _running(channel: Channel, hello: Hello) -> tuple[socket.socket, IO[bytes]] | str | None:
+    """The running memory process, which took the hook (the connection) or refused it (the line); None: none.
+
+    As a bridge's first try (cli.bridge's `Bridge.ask`), without importing the bridge: the
+    warm path of every prompt stays small.
+    """
+    from squirrel_mcp.core.channel import PeerRefused
+    from squirrel_mcp.core.hello import HelloError, read_answer
+
+    try:
+        connection = channel.connect()
+    except PeerRefused as refused:
+        raise Silent(f"the vault's channel is held by another user: {refused}; {NOTHING}") from None
+    except OSError as error:
+        cause = type(error).__name__
+        raise Silent(f"the vault's channel could not be reached ({cause}); {NOTHING}") from None
+    if connection is None:
+        return None
+    reader = connection.makefile("rb")
+    try:
+        connection.sendall(hello.line())
+        answered = reader.readline(MAX_HELLO)
+        said = read_answer(answered) if answered else ""
+    except (OSError, HelloError):
+        said = ""
+    if said is None:
+        return connection, reader
+    reader.close()
+    connection.close()
+    # "": the process ended (or is ending) between the connection and its answer: as if none ran.
+    return said or None
 
 
 def _started(bridge: Bridge, config: Config) -> tuple[socket.socket, IO[bytes]] | str:
