@@ -24,9 +24,10 @@ import pytest
 from mcp import Client
 
 from squirrel_mcp.cli.hook import SUMMARY_REMINDER, USER_REMINDER
+from squirrel_mcp.core.hello import Hello, HelloError, HookRequest
 from squirrel_mcp.server.hooks import RECALL_HEADER
 from tests import test_projects_detect as detect
-from tests.conftest import call, secrets_of_this_test, server_params
+from tests.conftest import PASSPHRASE, call, run_cli, secrets_of_this_test, server_params
 from tests.shared_support import channel_of, memory_process, memory_processes, wait_until
 from tests.test_projects_detect import Git, make_repo, needs_git
 
@@ -377,10 +378,17 @@ def test_no_passphrase_no_keychain_and_no_process_prints_nothing(
     hooked.update(XDG_RUNTIME_DIR=str(tmp_path), PYTHON_KEYRING_BACKEND=NO_KEYCHAIN, HOME=str(place.home))
     prompt = "what port does the api staging database use"
     secrets_of_this_test().add(prompt)
-    for event, given in (
+    starts = (
         ("session-start", claude("SessionStart", place.api, source="startup")),
         ("prompt", claude("UserPromptSubmit", place.api, prompt=prompt)),
-    ):
+    )
+    # No vault yet: a hook never makes one, even given the passphrase (a memory process's start would).
+    for event, given in starts:
+        ran = hook({**hooked, "SQUIRREL_PASSPHRASE": PASSPHRASE}, event, "claude-code", given)
+        assert ran.out == "" and len(ran.err) == 1 and "no vault at" in ran.err[0]
+    assert not Path(vault_env["SQUIRREL_VAULT"]).exists()
+    assert run_cli(vault_env, "init").returncode == 0
+    for event, given in starts:
         ran = hook(hooked, event, "claude-code", given)
         assert ran.out == "" and len(ran.err) == 1
         assert "passphrase" in ran.err[0] and "keychain" in ran.err[0]
@@ -431,3 +439,27 @@ def test_a_memory_process_that_does_not_answer_in_time_leaves_the_prompt_alone(
         no_private_text(ran)
     finally:
         listener.close()
+
+
+def test_a_hook_request_that_is_not_one_is_no_hello() -> None:
+    base = {"squirrel-mcp": 1, "identity": "[]", "settings": {}, "passphrase": None}
+    request = HookRequest("prompt", 1500, "a question")
+    good = Hello("[]", {}, None, project="github.com/acme/api", hook=request)
+    assert Hello.read(good.line()) == good
+    assert "a question" not in repr(good) and "acme" not in repr(good)
+    bad = [
+        "prompt",
+        {"event": "stop", "budget": 10},
+        {"event": "prompt", "budget": 10},
+        {"event": "session-start", "budget": 10, "prompt": "a question"},
+        {"event": "prompt", "budget": 0, "prompt": "a question"},
+        {"event": "prompt", "budget": True, "prompt": "a question"},
+        {"event": "prompt", "budget": 10**7, "prompt": "a question"},
+        {"event": "prompt", "budget": 10, "prompt": "x" * 1001},
+        {"event": "prompt", "budget": 10, "prompt": "\ud800"},
+    ]
+    for hook_field in bad:
+        with pytest.raises(HelloError):
+            Hello.read(json.dumps({**base, "hook": hook_field}).encode())
+    with pytest.raises(HelloError):
+        Hello.read(json.dumps({**base, "hook": {"event": "session-start", "budget": 9}, "page": {}}).encode())

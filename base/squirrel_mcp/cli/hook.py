@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from squirrel_mcp.cli.hook_asking import Silent
+from squirrel_mcp.core.hello import MAX_HOOK_BUDGET
 
 EVENTS = ("session-start", "prompt", "pre-compact")
 HOSTS = ("claude-code", "codex", "gemini")
@@ -122,16 +123,19 @@ def _arm(deadline: float) -> None:
 
 
 def _number(env: dict[str, str], name: str, default: float) -> Any:
-    """The setting `name` (an int where `default` is one); `default`, said on stderr, when malformed."""
+    """The setting `name` (whole where `default` is); `default`, said on stderr, when malformed."""
     value = env.get(name)
     if not value:
         return default
+    # A budget travels in the hook's request, which the memory process bounds.
+    most = MAX_HOOK_BUDGET if isinstance(default, int) else float("inf")
     try:
         number = type(default)(value)
     except ValueError:
         number = None
-    if number is None or not 0 < number < float("inf"):
-        _say(f"{name} must be a number above 0; {default:g} is used")
+    if number is None or not 0 < number <= most or number == float("inf"):
+        bound = "" if most == float("inf") else f" and at most {most}"
+        _say(f"{name} must be a number above 0{bound}; {default:g} is used")
         return default
     return number
 

@@ -105,6 +105,9 @@ def _started(bridge: Bridge, config: Config) -> tuple[socket.socket, IO[bytes]] 
     from squirrel_mcp.cli.starting import absolute_paths
     from squirrel_mcp.cli.unlock import from_keychain
 
+    if not config.remote and not config.vault_path.exists():
+        # A memory process's first start makes the vault: a hook never does (`squirrel-mcp init` does).
+        raise Silent(f"no vault at {config.vault_path} (SQUIRREL_VAULT in the host's environment); {NOTHING}")
     if config.lacks_secret:
         config = from_keychain(config)
     if config.lacks_secret:
