@@ -426,8 +426,13 @@ def test_a_memory_process_that_does_not_answer_in_time_leaves_the_prompt_alone(
 ) -> None:
     hooked = {key: value for key, value in vault_env.items() if key != "SQUIRREL_PASSPHRASE"}
     hooked.update(
-        XDG_RUNTIME_DIR=str(tmp_path), PYTHON_KEYRING_BACKEND=NO_KEYCHAIN, SQUIRREL_HOOK_DEADLINE="0.5"
+        XDG_RUNTIME_DIR=str(tmp_path),
+        PYTHON_KEYRING_BACKEND=NO_KEYCHAIN,
+        SQUIRREL_HOOK_DEADLINE="0.5",
+        # Named, so that this test's process finds the channel the hook's finds.
+        SQUIRREL_MEMORY_CACHE_DIR=vault_env["XDG_CACHE_HOME"],
     )
+    assert run_cli({**hooked, "SQUIRREL_PASSPHRASE": PASSPHRASE}, "init").returncode == 0
     channel = channel_of(hooked)
     # A process listening on the vault's channel that takes the connection and never answers.
     listener = channel.listen()
@@ -435,7 +440,7 @@ def test_a_memory_process_that_does_not_answer_in_time_leaves_the_prompt_alone(
         prompt = "api staging database PostgreSQL port"
         secrets_of_this_test().add(prompt)
         ran = hook(hooked, "prompt", "gemini", gemini("BeforeAgent", place.api, prompt=prompt))
-        assert ran.out == "" and len(ran.err) == 1 and "0.5 s" in ran.err[0]
+        assert ran.out == "" and len(ran.err) == 1 and "0.5 s" in ran.err[0], ran.err
         no_private_text(ran)
     finally:
         listener.close()
