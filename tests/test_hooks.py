@@ -24,7 +24,8 @@ import pytest
 from mcp import Client
 
 from squirrel_mcp.cli.hook import SUMMARY_REMINDER, USER_REMINDER
-from squirrel_mcp.core.hello import Hello, HelloError, HookRequest
+from squirrel_mcp.core.config import Config
+from squirrel_mcp.core.hello import Hello, HelloError, HookRequest, identity, settings
 from squirrel_mcp.server.hooks import RECALL_HEADER
 from tests import test_projects_detect as detect
 from tests.conftest import PASSPHRASE, call, run_cli, secrets_of_this_test, server_params
@@ -468,3 +469,25 @@ def test_a_hook_request_that_is_not_one_is_no_hello() -> None:
             Hello.read(json.dumps({**base, "hook": hook_field}).encode())
     with pytest.raises(HelloError):
         Hello.read(json.dumps({**base, "hook": {"event": "session-start", "budget": 9}, "page": {}}).encode())
+
+
+async def test_a_hook_hello_gets_its_one_answer_and_never_an_mcp_session(
+    env: dict[str, str], place: Place
+) -> None:
+    ids = await save_all(env, place)
+    channel = channel_of(env)
+    config = Config.from_env(env)
+    request = HookRequest("session-start", 4000)
+    # Another setting than the memory process's (a host's environment is not its server's config).
+    hello = Hello(identity(config), settings(config, {"SQUIRREL_MCP_TRACE_HOOKS": "1"}), None, hook=request)
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+    connection = channel.connect()
+    assert connection is not None
+    with connection, connection.makefile("rb") as reader:
+        connection.sendall(hello.line() + json.dumps(initialize).encode() + b"\n")
+        assert json.loads(reader.readline()) == {"ok": True}
+        # No project in the hello: the memories with none only.
+        text = json.loads(reader.readline())["text"]
+        assert ids[EVERYWHERE] in text and ids[API_FACT] not in text
+        # Then the connection ends: the MCP line after the hello is never answered.
+        assert reader.read() == b""
