@@ -7,7 +7,8 @@ beforehand as scripts/bench_warmup.py writes it) with the embeddings plugin, in 
   `squirrel-mcp hook prompt --host claude-code` with Claude Code's UserPromptSubmit JSON on its
   stdin and no passphrase (as a host runs it), the prompts taken in turn from the recall set's
   questions and from prompts no memory answers; interleaved with as many runs of the anchor,
-  `python -c "print(...)"`. Spawn to exit, median and p95.
+  `python -c "print(...)"`, and of `pre-compact` (the hook's own start, no connection).
+  Spawn to exit, median and p95.
 - `session-start` with no memory process running (the hook starts it, with the passphrase as the
   keychain would give it), spawn to the hook's exit with its briefing printed; beside the first
   host's bridge start: `squirrel-mcp` spawned by `mcp.Client` with no process running, to its
@@ -181,13 +182,16 @@ def measure(bench: Bench, queries: list[str], runs: int, starts: int) -> dict[st
     warm_s = anyio.run(warm_up, bench, queries[0])
     print(f"warm-up: hybrid ranking after {warm_s:.0f} s", flush=True)
     hook_env = {**bench.env, "SQUIRREL_HOOK_DEADLINE": "120"}
-    prompt_ms, anchor_ms, printed = [], [], 0
+    prompt_ms, anchor_ms, compact_ms, printed = [], [], [], 0
+    compacting = claude("PreCompact", home, trigger="auto")
     for index, prompt in enumerate(prompts(queries, runs)):
         given = claude("UserPromptSubmit", home, prompt=prompt)
-        order = ("hook", "anchor") if index % 2 == 0 else ("anchor", "hook")
+        order = ("hook", "anchor", "compact") if index % 2 == 0 else ("compact", "anchor", "hook")
         for which in order:
             if which == "anchor":
                 anchor_ms.append(run_anchor())
+            elif which == "compact":
+                compact_ms.append(run_hook(hook_env, "pre-compact", compacting)[0])
             else:
                 took, out = run_hook(hook_env, "prompt", given)
                 prompt_ms.append(took)
@@ -212,6 +216,7 @@ def measure(bench: Bench, queries: list[str], runs: int, starts: int) -> dict[st
     return {
         "prompt": prompt_ms,
         "anchor": anchor_ms,
+        "compact": compact_ms,
         "printed": printed,
         "session": session_ms,
         "bridge": bridge_ms,
@@ -245,6 +250,8 @@ def section(result: dict[str, Any], args: argparse.Namespace, command: str) -> s
         f"{met(p_med <= PROMPT_MEDIAN and p95 <= PROMPT_P95)} |",
         f"| anchor: `python -c \"print('squirrel')\"` | {len(anchor)} | {statistics.median(anchor):,.0f} | "
         f"{percentile(anchor, 0.95):,.0f} | | |",
+        f"| `pre-compact` (the hook's own start: no connection, no vault) | {len(result['compact'])} | "
+        f"{statistics.median(result['compact']):,.0f} | {percentile(result['compact'], 0.95):,.0f} | | |",
         f"| `session-start`, no memory process running (the hook starts it) | {len(result['session'])} | "
         f"{session:,.0f} | {max(result['session']):,.0f} (max) | within {START_RATIO:g}x the bridge's | "
         f"{met(ratio <= START_RATIO)} ({ratio:.2f}x) |",
@@ -256,7 +263,9 @@ def section(result: dict[str, Any], args: argparse.Namespace, command: str) -> s
         f"({', '.join(repr(p) for p in UNANSWERED[:2])}, ...); {result['printed']} of {len(prompt)} "
         "printed a recall (the rest printed nothing, as "
         "the confidence rule of server/confidence.py decided). Hook and anchor runs are interleaved, "
-        "their order swapped every run.",
+        "their order swapped every run. `pre-compact`, run among them, is the part of a `prompt` hook's "
+        "time that is its own start (the interpreter, the console script and the imports of "
+        "`squirrel_mcp.cli.hook`); the rest is the round trip to the memory process and its search.",
         f"- The memory process was warm: a host's bridge had started it and searched until its ranking was "
         f"hybrid ({result['warm_s']:.0f} s), then left; it stays (an idle time) and each hook keeps it.",
         "- `session-start` cold and the bridge alternate, the memory process ended (SIGTERM, its snapshot "

@@ -33,7 +33,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -89,20 +89,25 @@ def main(arguments: Sequence[str]) -> int:
     parser.add_argument("--host", required=True, choices=HOSTS)
     args = parser.parse_args(arguments)
     env = dict(os.environ)
-    deadline = _number(env, *DEADLINE)
-    _arm(deadline)
+    disarm = _arm(_number(env, *DEADLINE))
     try:
         given = _read_input(sys.stdin.buffer)
         output = _output(args.event, args.host, env, given)
     except Silent as silent:
         output = None
         _say(str(silent))
+    except Exception as error:  # a bug's: said by its type alone (its text may hold the input), exit 0
+        output = None
+        _say(f"failed ({type(error).__name__}); nothing was added")
     finally:
         # Disarmed before anything is printed: the output is whole, or it is not there.
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        disarm()
     if output:
-        sys.stdout.buffer.write(output.encode("utf-8"))
-        sys.stdout.flush()
+        try:
+            sys.stdout.buffer.write(output.encode("utf-8"))
+            sys.stdout.flush()
+        except OSError:
+            pass  # the host stopped reading: it has gone, nothing is left to tell it
     return 0
 
 
@@ -111,15 +116,31 @@ def _say(line: str) -> None:
     sys.stderr.flush()
 
 
-def _arm(deadline: float) -> None:
-    """After `deadline` seconds, end with one line and nothing on stdout, whatever this process is doing."""
+def _arm(deadline: float) -> Callable[[], None]:
+    """After `deadline` seconds, end with one line and nothing on stdout, whatever this process is doing.
 
-    def late(_signum: int, _frame: object) -> None:
+    A timer signal where there is one (it interrupts a blocking read as a thread cannot), else
+    a timer thread. Returns what disarms it.
+    """
+
+    def late(*_ignored: object) -> None:
         _say(f"no answer within {deadline:g} s ({DEADLINE[0]}); nothing was added")
         os._exit(0)
 
-    signal.signal(signal.SIGALRM, late)
-    signal.setitimer(signal.ITIMER_REAL, deadline)
+    if hasattr(signal, "setitimer"):
+        signal.signal(signal.SIGALRM, late)
+        signal.setitimer(signal.ITIMER_REAL, deadline)
+
+        def disarm() -> None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+        return disarm
+    import threading
+
+    timer = threading.Timer(deadline, late)
+    timer.daemon = True
+    timer.start()
+    return timer.cancel
 
 
 def _number(env: dict[str, str], name: str, default: float) -> Any:
