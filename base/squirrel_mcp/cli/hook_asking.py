@@ -103,12 +103,14 @@ def _started(bridge: Bridge, config: Config) -> tuple[socket.socket, IO[bytes]] 
     """A memory process started for this hook and connected; Silent without a passphrase to start one."""
     from squirrel_mcp.cli.bridge import Unreachable
     from squirrel_mcp.cli.starting import absolute_paths
-    from squirrel_mcp.cli.unlock import from_keychain
 
     if not config.remote and not config.vault_path.exists():
         # A memory process's first start makes the vault: a hook never does (`squirrel-mcp init` does).
         raise Silent(f"no vault at {config.vault_path} (SQUIRREL_VAULT in the host's environment); {NOTHING}")
     if config.lacks_secret:
+        # Here only: the unlock's module brings pydantic and the vault's code, a quarter of a second.
+        from squirrel_mcp.cli.unlock import from_keychain
+
         config = from_keychain(config)
     if config.lacks_secret:
         raise Silent(

@@ -6,12 +6,15 @@ vault's lock (a second process for the vault waits for the lock, or leaves as
 soon as another one listens), listens, and unlocks in the background as the
 stdio server does. Every bridge is a session of its own over one store, one
 plugin host, one model and one vector table; `squirrel-mcp ui` asks it for
-the page, which it serves on that store too while the command runs.
+the page, which it serves on that store too while the command runs, and
+`squirrel-mcp hook` for one text, a briefing or a prompt's recall
+(squirrel_mcp.cli.hook_answers).
 
 A bridge is admitted only when it runs as this user (checked on every
 connection), its settings are this process's and its passphrase the one it
 was unlocked with; otherwise it hears the one line saying why (see
-squirrel_mcp.cli.admission). An error in one connection ends that connection
+squirrel_mcp.cli.admission). A hook, which only reads, needs no passphrase and
+only the vault and the version of this process. An error in one connection ends that connection
 alone, never the process its other bridges use. When the unlock
 fails the process stops listening at once (so the next bridge starts a fresh
 one, with its own passphrase), answers its bridges the line, and ends when
