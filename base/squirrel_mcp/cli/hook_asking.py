@@ -107,12 +107,7 @@ def _started(bridge: Bridge, config: Config) -> tuple[socket.socket, IO[bytes]] 
     if not config.remote and not config.vault_path.exists():
         # A memory process's first start makes the vault: a hook never does (`squirrel-mcp init` does).
         raise Silent(f"no vault at {config.vault_path} (SQUIRREL_VAULT in the host's environment); {NOTHING}")
-    if config.lacks_secret:
-        # Here only: the unlock's module brings pydantic and the vault's code, a quarter of a second.
-        from squirrel_mcp.cli.unlock import from_keychain
-
-        config = from_keychain(config)
-    if config.lacks_secret:
+    if not _unlockable(config):
         raise Silent(
             "no memory process runs for this vault, and neither SQUIRREL_PASSPHRASE nor the keychain "
             f"holds the passphrase to start one (`squirrel-mcp keychain store` keeps it there); {NOTHING}"
@@ -125,6 +120,27 @@ def _started(bridge: Bridge, config: Config) -> tuple[socket.socket, IO[bytes]] 
         raise Silent(f"{error.reason}; {NOTHING}") from None
     except OSError as error:
         raise Silent(f"the memory process could not be started ({type(error).__name__}); {NOTHING}") from None
+
+
+def _unlockable(config: Config) -> bool:
+    """Whether a memory process started with this hook's environment finds its secrets (as it reads them).
+
+    A local vault's passphrase is looked up in the keychain here directly: the unlock's module,
+    which a sync account's keys need, brings pydantic and the vault's code (a quarter of a
+    second before the process could start). The secret itself is not kept: the process reads it.
+    """
+    if not config.lacks_secret:
+        return True
+    if config.remote:
+        from squirrel_mcp.cli.unlock import from_keychain
+
+        return not from_keychain(config).lacks_secret
+    from squirrel_mcp.core import keychain
+
+    try:
+        return bool(keychain.read(keychain.vault_passphrase_entry(config.vault_path)))
+    except keychain.KeychainError:
+        return False
 
 
 def _answer(connection: socket.socket, reader: IO[bytes], budget: int) -> str | None:
