@@ -329,6 +329,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "scripts/bench_embed.py")
     session.run("python", "scripts/bench_warmup.py")
     session.run("python", "scripts/bench_shared.py")
+    session.run("python", "scripts/bench_hooks.py")
     session.run("python", "scripts/bench_vault_look.py")
     # The prompt hook's confidence rule, on LoCoMo (when there) and prompts: docs/benchmarks/hooks.md.
     session.run("python", "scripts/calibrate_hooks.py")

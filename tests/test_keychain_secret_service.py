@@ -24,6 +24,7 @@ import select
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from mcp import Client
 from squirrel_mcp.core.keychain import SERVICE, TIMEOUT
 from tests import terminal
 from tests.conftest import PASSPHRASE, call, call_error, run_cli, secrets_of_this_test, server_params
+from tests.shared_support import memory_process, memory_processes
 from tests.sync.conftest import start_sync_server
 
 pytestmark = pytest.mark.process
@@ -355,3 +357,39 @@ async def test_the_sync_servers_api_key_is_kept_in_the_keychain_too(
         line, _ = await every_call_says(env, "SQUIRREL_API_KEY is not, nor is it in the keychain")
         assert "squirrel-mcp keychain store" in line
     assert_no_secret_in(tmp_path, secret_service, outputs, sync.api_key)
+
+
+@pytest.mark.anyio
+async def test_a_hook_unlocks_through_the_keychain_and_starts_the_memory_process(
+    secret_service: SecretService, tmp_path: Path
+) -> None:
+    # squirrel-mcp hook runs in the host's environment: no SQUIRREL_PASSPHRASE, the keychain's entry.
+    env = {**secret_service.env, "SQUIRREL_MEMORY_CACHE_DIR": secret_service.env["XDG_CACHE_HOME"]}
+    outputs: list[str] = []
+    made = cli({**env, "SQUIRREL_PASSPHRASE": PASSPHRASE}, "init", "--keychain", outputs=outputs)
+    assert made.returncode == 0, made.stderr
+    text = "The user's keychain test memory is about hooks"
+    own = {**env, "SQUIRREL_PASSPHRASE": PASSPHRASE, "SQUIRREL_MCP_SHARED": "0"}
+    async with Client(server_params(own)) as host:
+        saved = (await call(host, "save_memory", text=text, entity="user", category="fact"))["memory"]
+    hooked = {**env, "SQUIRREL_MCP_SHARED_IDLE": "600", "SQUIRREL_HOOK_DEADLINE": str(START_WITHIN)}
+    given = json.dumps({"cwd": str(tmp_path), "hook_event_name": "SessionStart", "source": "startup"})
+    done = subprocess.run(
+        [sys.executable, "-m", "squirrel_mcp", "hook", "session-start", "--host", "claude-code"],
+        input=given.encode(),
+        env={"PATH": os.environ["PATH"], **hooked},
+        capture_output=True,
+        timeout=START_WITHIN * 2,
+        check=False,
+    )
+    outputs += [done.stdout.decode(), done.stderr.decode()]
+    pid = memory_process(hooked)
+    try:
+        assert done.returncode == 0 and done.stderr == b"", done.stderr
+        briefing = json.loads(done.stdout)["hookSpecificOutput"]["additionalContext"]
+        assert saved["id"] in briefing and text in briefing
+        assert pid is not None
+    finally:
+        for running in memory_processes(hooked):
+            os.kill(running, signal.SIGKILL)
+    assert_no_secret_in(tmp_path, secret_service, outputs)

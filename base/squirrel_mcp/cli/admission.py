@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.to_thread
 
-from squirrel_mcp.core.hello import Hello, refusal
+from squirrel_mcp.core.hello import FIX, VERSION, Hello, refusal
 from squirrel_mcp.core.lines import log_line
 
 if TYPE_CHECKING:
@@ -36,6 +36,23 @@ class Admission:
     def refusal(self, hello: Hello) -> str | None:
         """Why `hello` may not share this process as it stands; None: it may."""
         return refusal(self.ours, hello, self.where)
+
+    def hook_refusal(self, hello: Hello) -> str | None:
+        """Why a hook's `hello` is not answered here; None: it is.
+
+        A hook runs in its host's environment, not in the host's MCP server config: it has
+        no passphrase (unless the keychain holds it), and not that config's settings. It only
+        reads, through this process's store and plugins, and it runs as this user (the channel
+        checked): so the vault and the version are all it must share with this process. What
+        this admits is said in docs/security.md.
+        """
+        if hello.identity != self.ours.identity:
+            return refusal(self.ours, hello, self.where)
+        if hello.settings.get(VERSION) != self.ours.settings.get(VERSION):
+            return (
+                f"the memory process of {self.where} runs another squirrel-mcp version than this hook; {FIX}"
+            )
+        return None
 
     async def opens(self, passphrase: str) -> bool:
         """True when `passphrase` now opens the account's key, and that key is the store's own."""

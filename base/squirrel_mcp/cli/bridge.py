@@ -116,7 +116,7 @@ class Bridge:
         self.log.mark()
         try:
             while time.monotonic() < deadline:
-                connected = self._hello()
+                connected = self.ask()
                 if connected is not None:
                     return connected
                 if starting is None:
@@ -148,7 +148,7 @@ class Bridge:
         reason = f"the memory process ended as it started, {ends} times; its log is {self.channel.log_path}"
         return Unreachable(reason, self.log.last_line(begins) or "(it wrote nothing)")
 
-    def _hello(self) -> tuple[socket.socket, IO[bytes]] | str | None:
+    def ask(self) -> tuple[socket.socket, IO[bytes]] | str | None:
         """Connected and taken (the connection), or refused (the line); None: no process answered."""
         try:
             connection = self.channel.connect()

@@ -6,12 +6,15 @@ vault's lock (a second process for the vault waits for the lock, or leaves as
 soon as another one listens), listens, and unlocks in the background as the
 stdio server does. Every bridge is a session of its own over one store, one
 plugin host, one model and one vector table; `squirrel-mcp ui` asks it for
-the page, which it serves on that store too while the command runs.
+the page, which it serves on that store too while the command runs, and
+`squirrel-mcp hook` for one text, a briefing or a prompt's recall
+(squirrel_mcp.cli.hook_answers).
 
 A bridge is admitted only when it runs as this user (checked on every
 connection), its settings are this process's and its passphrase the one it
 was unlocked with; otherwise it hears the one line saying why (see
-squirrel_mcp.cli.admission). An error in one connection ends that connection
+squirrel_mcp.cli.admission). A hook, which only reads, needs no passphrase and
+only the vault and the version of this process. An error in one connection ends that connection
 alone, never the process its other bridges use. When the unlock
 fails the process stops listening at once (so the next bridge starts a fresh
 one, with its own passphrase), answers its bridges the line, and ends when
@@ -32,17 +35,17 @@ import os
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
 from anyio.abc import SocketAttribute, SocketListener, SocketStream
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 from squirrel_mcp.cli.admission import Admission
 from squirrel_mcp.cli.background import open_in_background
-from squirrel_mcp.core.channel import Channel, PeerRefused, check_peer, try_lock
+from squirrel_mcp.cli.hook_answers import answer_hook
+from squirrel_mcp.cli.process_lines import CLOSED, Lines, Replies, wait_for_lock
+from squirrel_mcp.core.channel import Channel, PeerRefused, check_peer
 from squirrel_mcp.core.config import Config, location
 from squirrel_mcp.core.hello import (
     IDLE_VARIABLE,
@@ -68,70 +71,10 @@ if TYPE_CHECKING:
     from squirrel_mcp.server.app import SquirrelServer
     from squirrel_mcp.server.opening import Opening
 
-# What a connection raises once its bridge has gone.
-CLOSED = (anyio.BrokenResourceError, anyio.ClosedResourceError)
 # How long a bridge may take to say its hello, in seconds.
 HELLO_WAIT = 10.0
-# The longest message line a session reads (a save of a long memory is far below it).
-MAX_LINE = 64 * 1024 * 1024
-# How long a memory process started beside a running one waits for the vault's lock.
-LOCK_WAIT = 120.0
 # Seconds the accept loop waits after a connection could not be accepted (out of descriptors, say).
 ACCEPT_BACKOFF = 0.1
-
-
-def wait_for_lock(channel: Channel) -> int | None:
-    """The vault's lock; None as soon as another memory process listens (or after LOCK_WAIT)."""
-    deadline = time.monotonic() + LOCK_WAIT
-    while time.monotonic() < deadline:
-        lock = try_lock(channel.lock_path)
-        if lock is not None:
-            return lock
-        # Another process holds it: one serving (then leave it the vault), or one ending.
-        with contextlib.suppress(PeerRefused, OSError):
-            connection = channel.connect()
-            if connection is not None:
-                connection.close()
-                return None
-        time.sleep(0.1)
-    return None
-
-
-class Lines:
-    """A connection's input, one line of text at a time (UTF-8, undecodable bytes replaced)."""
-
-    def __init__(self, stream: SocketStream) -> None:
-        self._buffer = BufferedByteReceiveStream(stream)
-
-    async def line(self, limit: int) -> bytes | None:
-        """The next line's bytes, without its newline; None at the end of input."""
-        try:
-            return await self._buffer.receive_until(b"\n", limit)
-        except (anyio.IncompleteRead, anyio.EndOfStream, *CLOSED):
-            return None
-
-    async def __aiter__(self) -> AsyncIterator[str]:
-        # A line over MAX_LINE (DelimiterNotFound) ends the session, as a closed input would.
-        with contextlib.suppress(anyio.DelimiterNotFound):
-            while (line := await self.line(MAX_LINE)) is not None:
-                yield line.decode("utf-8", errors="replace")
-
-
-class Replies:
-    """A connection's output, written as the stdio transport writes a file."""
-
-    def __init__(self, stream: SocketStream) -> None:
-        self._stream = stream
-
-    async def write(self, text: str) -> None:
-        """Send `text`; BrokenPipeError once the bridge has gone, as a closed pipe would raise."""
-        try:
-            await self._stream.send(text.encode("utf-8"))
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            raise BrokenPipeError from None
-
-    async def flush(self) -> None:
-        """Each write is sent whole."""
 
 
 async def _accepted(listener: SocketListener) -> SocketStream | None:
@@ -278,6 +221,12 @@ class MemoryProcess:
                 return None
             if hello.changed:
                 return None if self.retiring else hello
+            if hello.hook is not None:
+                refused = self.admission.hook_refusal(hello)
+                if self.retiring:
+                    return None
+                await stream.send(answer(refused))
+                return hello if refused is None else None
             refused = self.admission.refusal(hello)
             if refused is not None and await self.admission.passphrase_changed_to(hello):
                 # `squirrel-mcp passphrase` ran while this process served: the new one is ours.
@@ -345,7 +294,9 @@ class MemoryProcess:
                 if hello.changed:
                     await stream.send(answer(await self.admission.take_change(hello)))
                     return
-                if hello.page is not None:
+                if hello.hook is not None:
+                    await answer_hook(hello.hook, hello.project, self.opening, self.host, stream)
+                elif hello.page is not None:
                     await self._page(hello.page, stream, lines)
                 else:
                     from squirrel_mcp.server.stdio import line_transport

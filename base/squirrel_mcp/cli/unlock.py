@@ -134,7 +134,7 @@ def passphrase_entry(config: Config) -> keychain.Entry:
     """The keychain entry of the configured account's passphrase: its vault's full path, or its server."""
     if config.api_base_url is not None:
         return keychain.passphrase_entry(check_api_base_url(config.api_base_url))
-    return keychain.passphrase_entry(f"the vault at {config.vault_path.resolve()}")
+    return keychain.vault_passphrase_entry(config.vault_path)
 
 
 def from_keychain(config: Config) -> Config:

@@ -12,7 +12,13 @@ one more line, `{"url": URL, "handoff": FILE-URI or null}` or `{"error": LINE}`,
 and serves the page until the connection closes. `squirrel-mcp passphrase` says
 it with `"passphrase changed": true` and the new passphrase once it has changed
 it: the process takes the new one if it opens the account's key, and the
-connection ends with the answer. A
+connection ends with the answer. `squirrel-mcp hook` says it with a `hook` (the
+event, a prompt's text, the answer's budget in characters): once taken, the
+process answers one more line, `{"text": TEXT or null}` or `{"error": LINE}`, and
+the connection ends. A hook is read-only and comes from a host's environment,
+which holds no passphrase: the process takes it from any process of this user's
+(the channel's check) without one, its settings not compared, the version aside
+(see cli.admission). A
 bridge is refused when its settings are not the running process's (the line
 names the settings that differ, never a value) or its passphrase is not the one the
 process was unlocked with. Only the user's own processes can connect (see
@@ -37,6 +43,11 @@ DEFAULT_IDLE = 600.0
 # The longest hello read: a hello is a few hundred bytes; a longer line is no bridge's.
 MAX_HELLO = 64 * 1024
 MAX_PORT = 65535
+# The events a hook asks about that need the vault, and the longest prompt a hook sends (the
+# search tool's own bound on a query: a pasted file says nothing a search could use).
+HOOK_EVENTS = ("session-start", "prompt")
+MAX_HOOK_PROMPT = 1000
+MAX_HOOK_BUDGET = 1_000_000
 # The variables the memory process reads that two hosts must agree on: the plugins and how they
 # run (the embeddings plugin's too, by name: core never imports a plugin). Only these are compared:
 # anything else a host's environment holds (a sync server's database URL, say) may be a secret,
@@ -102,8 +113,23 @@ class PageRequest(NamedTuple):
     idle: float
 
 
+class HookRequest(NamedTuple):
+    """What `squirrel-mcp hook` asks: the text for `event` (HOOK_EVENTS) within `budget` characters."""
+
+    event: str
+    budget: int
+    # The prompt's text (`prompt` only), at most MAX_HOOK_PROMPT characters.
+    prompt: str | None = None
+
+    def __repr__(self) -> str:
+        """The request without its prompt."""
+        return f"HookRequest(event={self.event!r}, budget={self.budget!r}, prompt=<hidden>)"
+
+
 class Hello(NamedTuple):
     """A bridge's first line; `page` for `squirrel-mcp ui`'s; `changed` for `squirrel-mcp passphrase`'s.
+
+    `hook`: `squirrel-mcp hook`'s, answered with one line of text (no MCP session follows).
 
     `changed`: the passphrase was just changed to this hello's; the process that opened the
     account with the old one takes the new one and refuses the old one from then on.
@@ -116,13 +142,14 @@ class Hello(NamedTuple):
     changed: bool = False
     # The project of the host session this bridge serves (None: none); never compared.
     project: str | None = None
+    hook: HookRequest | None = None
 
     def __repr__(self) -> str:
         """The hello without its passphrase or project."""
         hidden = "<hidden>" if self.passphrase else None
         return (
             f"Hello(identity={self.identity!r}, settings={self.settings!r}, passphrase={hidden}, "
-            f"page={self.page!r}, changed={self.changed!r}, project=<hidden>)"
+            f"page={self.page!r}, changed={self.changed!r}, project=<hidden>, hook={self.hook!r})"
         )
 
     def line(self) -> bytes:
@@ -135,6 +162,12 @@ class Hello(NamedTuple):
             message["passphrase changed"] = True
         if self.project is not None:
             message["project"] = self.project
+        if self.hook is not None:
+            message["hook"] = {
+                "event": self.hook.event,
+                "budget": self.hook.budget,
+                "prompt": self.hook.prompt,
+            }
         return json.dumps(message, ensure_ascii=True).encode("ascii") + b"\n"
 
     @classmethod
@@ -159,7 +192,10 @@ class Hello(NamedTuple):
         changed, page = message.get("passphrase changed", False), _page_request(message.get("page"))
         if not isinstance(changed, bool) or (changed and (page is not None or passphrase is None)):
             raise HelloError("a passphrase change that is not one")
-        return cls(where, given, passphrase, page, changed, _project(message.get("project")))
+        hook = _hook_request(message.get("hook"))
+        if hook is not None and (page is not None or changed):
+            raise HelloError("a hook that asks for something else too")
+        return cls(where, given, passphrase, page, changed, _project(message.get("project")), hook)
 
 
 def _encodes(text: str) -> bool:
@@ -186,6 +222,22 @@ def _project(project: Any) -> str | None:
     if named != project:
         raise HelloError("a project that is not a project's name")
     return named
+
+
+def _hook_request(hook: Any) -> HookRequest | None:
+    """A hello's `hook`; HelloError when it is not one."""
+    if hook is None:
+        return None
+    if not isinstance(hook, dict):
+        raise HelloError("a hook that is not an object")
+    event, budget, prompt = hook.get("event"), hook.get("budget"), hook.get("prompt")
+    if event not in HOOK_EVENTS or type(budget) is not int or not 0 < budget <= MAX_HOOK_BUDGET:
+        raise HelloError("a hook whose event or budget is not one")
+    if (event == "prompt") != isinstance(prompt, str) or (event != "prompt" and prompt is not None):
+        raise HelloError("a hook whose prompt is not text, or a prompt where none belongs")
+    if prompt is not None and (len(prompt) > MAX_HOOK_PROMPT or not _encodes(prompt)):
+        raise HelloError("a hook whose prompt is too long or not Unicode")
+    return HookRequest(event, budget, prompt)
 
 
 def _page_request(page: Any) -> PageRequest | None:
@@ -261,6 +313,28 @@ def read_page_answer(line: bytes) -> tuple[str, str | None]:
         raise HelloError("the memory process ended before the page listened")
     handoff = message.get("handoff")
     return message["url"], handoff if isinstance(handoff, str) else None
+
+
+def hook_answer(*, text: str | None = None, error: str | None = None) -> bytes:
+    """The process's line answering a hook: its `text` (None: nothing to say), or why it has none."""
+    message = {"error": error} if error is not None else {"text": text}
+    return json.dumps(message).encode("utf-8") + b"\n"
+
+
+def read_hook_answer(line: bytes) -> str | None:
+    """A hook's text (None: nothing to say); HelloError with the line why, when there is no answer."""
+    try:
+        message: Any = json.loads(line) if line else None
+    except (ValueError, RecursionError):
+        message = None
+    if isinstance(message, dict) and isinstance(message.get("error"), str):
+        raise HelloError(message["error"])
+    if not isinstance(message, dict) or "text" not in message:
+        raise HelloError("the memory process ended before answering")
+    text = message["text"]
+    if text is not None and not isinstance(text, str):
+        raise HelloError("the memory process's answer is not text")
+    return text
 
 
 def idle_seconds(value: str | None) -> float:

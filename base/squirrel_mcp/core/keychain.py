@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import NamedTuple, TypeVar
 
 SERVICE = "squirrel-mcp"
@@ -52,6 +53,11 @@ class Entry(NamedTuple):
 def passphrase_entry(where: str) -> Entry:
     """The entry of the passphrase of the account at `where` (the vault's path or the server's URL)."""
     return Entry(f"passphrase of {where}")
+
+
+def vault_passphrase_entry(vault_path: Path) -> Entry:
+    """The entry of the passphrase of the local vault at `vault_path` (its full path names it)."""
+    return passphrase_entry(f"the vault at {vault_path.resolve()}")
 
 
 def api_key_entry(api_base_url: str) -> Entry:
