@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from squirrel_mcp.core.config import Config
 from squirrel_mcp.core.hello import Hello, HookRequest, identity, settings
 from squirrel_mcp.server.hooks import RECALL_HEADER
 from tests import test_projects_detect as detect
-from tests.conftest import call, secrets_of_this_test, server_params
+from tests.conftest import call, run_cli, secrets_of_this_test, server_params
 from tests.shared_support import channel_of, memory_process, memory_processes, wait_until
 from tests.test_projects_detect import Git, make_repo, needs_git
 
@@ -167,9 +168,47 @@ DATABASE = "The api staging database runs PostgreSQL sixteen on port 5433"
 OTHER_DATABASE = "The web staging database runs PostgreSQL sixteen on port 6543"
 
 
+# Made-up words no prompt holds: the vault's other memories, so that its words' statistics are a
+# vault's (the calibrated confidence of words alone is measured on vaults of hundreds of memories).
+FILLER_COUNT = 300
+
+
+def filler_export() -> dict[str, Any]:
+    """An export of FILLER_COUNT memories with no project, each of six made-up words."""
+    rng = random.Random(45)
+    memories = []
+    for number in range(FILLER_COUNT):
+        text = " ".join(
+            "".join(rng.choices("bdfgklmnprstvz", k=3)) + rng.choice(["ix", "oq", "uy"]) for _ in range(6)
+        )
+        memory_id = f"{number + 1:016x}"
+        stamp = f"2026-11-{1 + number % 28:02d}T08:00:00.000Z"
+        revision = {"id": memory_id, "entity": "notes", "text": text, "tags": [], "keywords": []}
+        revision |= {
+            "category": "note",
+            "createdAt": stamp,
+            "updatedAt": stamp,
+            "revision": 1,
+            "change": "created",
+        }
+        memories.append({"id": memory_id, "revisions": [revision]})
+    return {
+        "format": "squirrel-mcp-export",
+        "version": 1,
+        "exportedAt": "2026-11-30T00:00:00.000Z",
+        "exportedBy": "tests",
+        "memories": memories,
+    }
+
+
 async def save_all(env: dict[str, str], place: Place) -> dict[str, str]:
-    """Memories in two projects and one in none, saved by hosts in the repositories: text -> id."""
+    """Memories in two projects and one in none, saved by hosts in the repositories, among
+    FILLER_COUNT others with none: text -> id."""
     secrets_of_this_test().add([API_FACT, WEB_FACT, EVERYWHERE, DATABASE, OTHER_DATABASE])
+    file = Path(env["SQUIRREL_VAULT"]).parent.parent / "filler.json"
+    file.write_text(json.dumps(filler_export()), encoding="utf-8")
+    imported = run_cli(env, "import", "--create", str(file))
+    assert imported.returncode == 0, imported.stderr
     ids = {}
     async with Client(server_params(env).model_copy(update={"cwd": str(place.api)})) as api:
         for text, category in ((API_FACT, "project"), (DATABASE, "fact")):
@@ -282,7 +321,7 @@ async def test_the_budgets_bound_the_text_and_say_what_was_left_out(
     assert len(text) <= 400
     shown = [line for line in text.splitlines() if line.startswith("- [")]
     assert 1 <= len(shown) < 3
-    assert text.splitlines()[-1].startswith(f"Shown {len(shown)} of 3 memories")
+    assert text.splitlines()[-1].startswith(f"Shown {len(shown)} of {FILLER_COUNT + 3} memories")
     assert "list_memories" in text.splitlines()[-1]
     # A recall budget that holds the header but not one memory's line: nothing fits, nothing is said.
     prompt = "api staging database PostgreSQL port"
