@@ -24,12 +24,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from squirrel_mcp.cli.starting import ProcessLog, start_process
 from squirrel_mcp.cli.starting import Unreachable as Unreachable
-from squirrel_mcp.core.channel import Channel, PeerRefused, try_lock
-from squirrel_mcp.core.hello import (
-    Hello,
-    HelloError,
-    read_answer,
-)
+from squirrel_mcp.core.channel import Channel, try_lock
+from squirrel_mcp.core.hello import ChannelFailure, Hello, greet
 from squirrel_mcp.core.lines import log_line
 
 if TYPE_CHECKING:
@@ -151,27 +147,9 @@ class Bridge:
     def ask(self) -> tuple[socket.socket, IO[bytes]] | str | None:
         """Connected and taken (the connection), or refused (the line); None: no process answered."""
         try:
-            connection = self.channel.connect()
-        except PeerRefused as refused:
-            raise Unreachable(f"the vault's channel is held by another user: {refused}") from None
-        except OSError as error:
-            cause = type(error).__name__
-            raise Unreachable(f"the vault's channel could not be reached ({cause})") from None
-        if connection is None:
-            return None
-        reader = connection.makefile("rb")
-        try:
-            connection.sendall(self.hello.line())
-            answered = reader.readline()
-            said = read_answer(answered) if answered else ""
-        except (OSError, HelloError):
-            said = ""
-        if said is None:
-            return connection, reader
-        reader.close()
-        connection.close()
-        # "": the process ended (or is ending) between the connection and its answer.
-        return said or None
+            return greet(self.channel, self.hello)
+        except ChannelFailure as failure:
+            raise Unreachable(str(failure)) from None
 
 
 class Relay:

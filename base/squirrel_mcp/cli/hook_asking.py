@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from squirrel_mcp.core.hello import MAX_HELLO, MAX_HOOK_PROMPT
+from squirrel_mcp.core.hello import MAX_HOOK_PROMPT
 
 if TYPE_CHECKING:
     import socket
@@ -72,31 +72,12 @@ def _running(channel: Channel, hello: Hello) -> tuple[socket.socket, IO[bytes]] 
     As a bridge's first try (cli.bridge's `Bridge.ask`), without importing the bridge: the
     warm path of every prompt stays small.
     """
-    from squirrel_mcp.core.channel import PeerRefused
-    from squirrel_mcp.core.hello import HelloError, read_answer
+    from squirrel_mcp.core.hello import ChannelFailure, greet
 
     try:
-        connection = channel.connect()
-    except PeerRefused as refused:
-        raise Silent(f"the vault's channel is held by another user: {refused}; {NOTHING}") from None
-    except OSError as error:
-        cause = type(error).__name__
-        raise Silent(f"the vault's channel could not be reached ({cause}); {NOTHING}") from None
-    if connection is None:
-        return None
-    reader = connection.makefile("rb")
-    try:
-        connection.sendall(hello.line())
-        answered = reader.readline(MAX_HELLO)
-        said = read_answer(answered) if answered else ""
-    except (OSError, HelloError):
-        said = ""
-    if said is None:
-        return connection, reader
-    reader.close()
-    connection.close()
-    # "": the process ended (or is ending) between the connection and its answer: as if none ran.
-    return said or None
+        return greet(channel, hello)
+    except ChannelFailure as failure:
+        raise Silent(f"{failure}; {NOTHING}") from None
 
 
 def _started(bridge: Bridge, config: Config) -> tuple[socket.socket, IO[bytes]] | str:

@@ -34,6 +34,10 @@ from squirrel_mcp import __version__
 from squirrel_mcp.core.config import check_api_base_url
 
 if TYPE_CHECKING:
+    import socket
+    from typing import IO
+
+    from squirrel_mcp.core.channel import Channel
     from squirrel_mcp.core.config import Config
 
 PROTOCOL = 1
@@ -280,6 +284,42 @@ def refusal(ours: Hello, theirs: Hello, where: str) -> str | None:
 def answer(refused: str | None) -> bytes:
     """The process's reply line to a hello."""
     return json.dumps({"ok": True} if refused is None else {"refused": refused}).encode("utf-8") + b"\n"
+
+
+class ChannelFailure(Exception):
+    """The vault's channel could not be used: the line why (no secret, no path of a project)."""
+
+
+def greet(channel: Channel, hello: Hello) -> tuple[socket.socket, IO[bytes]] | str | None:
+    """Connect to the memory process on `channel` and say `hello`.
+
+    The connection and its reader when the process took it; the line it was refused with;
+    None when no process answered (none listens, or it ended between the connection and
+    its answer). ChannelFailure when the channel cannot be used at all.
+    """
+    from squirrel_mcp.core.channel import PeerRefused
+
+    try:
+        connection = channel.connect()
+    except PeerRefused as refused:
+        raise ChannelFailure(f"the vault's channel is held by another user: {refused}") from None
+    except OSError as error:
+        raise ChannelFailure(f"the vault's channel could not be reached ({type(error).__name__})") from None
+    if connection is None:
+        return None
+    reader = connection.makefile("rb")
+    try:
+        connection.sendall(hello.line())
+        answered = reader.readline(MAX_HELLO)
+        said = read_answer(answered) if answered else ""
+    except (OSError, HelloError):
+        said = ""
+    if said is None:
+        return connection, reader
+    reader.close()
+    connection.close()
+    # "": the process ended (or is ending) between the connection and its answer: as if none ran.
+    return said or None
 
 
 def read_answer(line: bytes) -> str | None:
