@@ -49,6 +49,8 @@ def export_file(count: int) -> dict[str, Any]:
                     "tags": ["imported"],
                     "keywords": [],
                     "category": "note",
+                    # As this version exports it: every revision says its project (none here).
+                    "project": None,
                     "createdAt": "2026-03-02T10:00:00.000Z",
                     "updatedAt": stamp,
                     "revision": revision,
