@@ -235,7 +235,8 @@ def main() -> int:
         "# Reliability: faults, bad input, tampering, concurrency",
         "",
         "Written by `scripts/reliability_report.py` from the figures of the last `nox -s reliability`",
-        "(also run by `nox -s tests`); do not edit by hand. Measured "
+        "(`nox -s tests` runs the same checks and writes build/docs/reliability.md); do not edit by hand. "
+        "Measured "
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC at commit {commit()} on {os.cpu_count()} cores, "
         f"Python {platform.python_version()}.",
         "",

@@ -1,7 +1,7 @@
 """The recall gate: lexical and hybrid search on the recall corpus, as the server runs them.
 
 `nox -s recall` runs it as `python -m tests.recall.gate`; so does tests/test_recall_gate.py,
-and so `nox -s tests`.
+and so `nox -s tests` (whose page goes to build/docs/recall.md).
 
 The 500 synthetic memories of tests/recall/ are imported into a throwaway vault;
 each query of the four sets (paraphrase, exact, ranking, scripts) is answered by
@@ -106,8 +106,9 @@ def report(
     lines = [
         "# Recall",
         "",
-        "Written by `nox -s recall` (tests/recall/gate.py), which `nox -s tests`, and so `.ci/run`,",
-        f"also run. Measured on {len(CORPUS)} synthetic memories (tests/recall/, written by an AI agent,",
+        "Written by `nox -s recall` (tests/recall/gate.py); `nox -s tests` runs the same gate and writes",
+        "build/docs/recall.md. Measured on "
+        f"{len(CORPUS)} synthetic memories (tests/recall/, written by an AI agent,",
         f"no user data) with the model {model}, through `squirrel_mcp.server.searching.run_search`,",
         "the code behind the search_memory tool: lexical = no plugin, hybrid = the embeddings plugin",
         "loaded as the server loads it, after it embedded every memory. The gate took",
