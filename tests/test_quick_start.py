@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -172,3 +173,24 @@ def test_the_tests_install_no_system_package_when_told_not_to(tmp_path: Path) ->
     assert done.returncode == 1
     assert "SQUIRREL_TEST_SYSTEM_PACKAGES=0: not installing the missing gnome-keyring or dbus" in done.stderr
     assert "installing" not in done.stderr.replace("not installing", "")
+
+
+SECRET_ON_A_COMMAND_LINE = re.compile(r"\b(SQUIRREL_PASSPHRASE|SQUIRREL_NEW_PASSPHRASE|SQUIRREL_API_KEY)=\S")
+
+
+def test_no_shell_command_in_the_docs_puts_a_secret_on_its_command_line() -> None:
+    # A value typed on a command line lands in the shell's history: the docs ask for it on the
+    # terminal, keep it in the keychain, or read it with `read -rs` instead.
+    pages = [
+        ROOT / "README.md",
+        ROOT / "embeddings_plugin" / "README.md",
+        *sorted((ROOT / "docs").rglob("*.md")),
+    ]
+    found = []
+    for page in pages:
+        for block in re.findall(r"```sh\n(.*?)```", page.read_text(encoding="utf-8"), re.DOTALL):
+            for line in block.splitlines():
+                command = line.split(" #")[0]
+                if SECRET_ON_A_COMMAND_LINE.search(command):
+                    found.append(f"{page.relative_to(ROOT)}: {command.strip()}")
+    assert found == []
