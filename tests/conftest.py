@@ -148,6 +148,7 @@ LONGEST_FIRST = (
     "reliability/test_passphrase_kills.py",
     "test_cli_person.py",
     "test_release.py",
+    "test_quick_start.py",
     "sync/test_syncserver.py",
     "reliability/test_tampering.py",
     "sync/test_two_machines.py",
