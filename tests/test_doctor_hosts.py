@@ -19,6 +19,7 @@ import pytest
 from tests import terminal
 from tests import test_keychain_secret_service as keyring_tests
 from tests.conftest import PASSPHRASE, run_cli, secrets_of_this_test
+from tests.sync.conftest import start_sync_server
 from tests.test_doctor import FROM_HOME, _hosts, _named, _script, _write
 
 pytestmark = [
@@ -216,3 +217,34 @@ def test_an_entry_whose_passphrase_is_in_the_keychain(
         f"{head.replace('✓', '✗')}{kept} does not unlock the vault at {vault}: it was changed since it was "
         f"kept there; {FROM_HOME} → run `squirrel-mcp keychain store` with the current passphrase"
     )
+
+
+def test_an_entry_on_a_sync_server_is_tried_with_its_url_and_api_key(
+    vault_env: dict[str, str], tmp_path: Path
+) -> None:
+    with start_sync_server(f"sqlite:///{tmp_path}/sync-db/sync.sqlite3", log=tmp_path / "sync.log") as sync:
+        remote = {"SQUIRREL_API_BASE_URL": sync.url, "SQUIRREL_API_KEY": sync.api_key}
+        secrets_of_this_test().add(sync.api_key)
+        made = run_cli({**vault_env, **remote}, "init", "--no-keychain")
+        assert made.returncode == 0, made.stderr
+        home = Path(vault_env["HOME"])
+        claude = _write(
+            home / ".claude.json",
+            servers(
+                right=entry(SQUIRREL_PASSPHRASE=PASSPHRASE, **remote),
+                wrong=entry(SQUIRREL_PASSPHRASE=WRONG, **remote),
+            ),
+        )
+        code, lines, on_terminal = doctor_both({**shell(vault_env), **NO_KEYCHAIN})
+    assert (code, on_terminal) == (1, lines)
+    assert not [line for line in lines if sync.api_key in line]
+    server = f"the sync server at {sync.url}"
+    assert _hosts(lines) == [
+        f'✓ host config: {claude}, entry "right": runs {_script()} (this installation); '
+        f"its SQUIRREL_PASSPHRASE unlocks {server}; {FROM_HOME}",
+        f'✗ host config: {claude}, entry "wrong": runs {_script()} (this installation); '
+        f"its SQUIRREL_PASSPHRASE does not unlock {server}; {FROM_HOME} "
+        "→ put the passphrase of `init` (or of the last `squirrel-mcp passphrase`) in its env",
+    ]
+    # This shell names no account: the one checked is the sync server the first entry unlocks.
+    assert _named(lines, "sync server") == f"✓ sync server: {server} answers and holds an account"
