@@ -109,7 +109,15 @@ def test_each_entry_is_tried_with_its_own_env_with_and_without_a_terminal(vault_
         ),
         _write(
             home / ".gemini" / "settings.json",
-            servers(**{"squirrel-notes": entry(SQUIRREL_VAULT=str(vault))}),
+            servers(
+                **{
+                    "squirrel-notes": entry(SQUIRREL_VAULT=str(vault)),
+                    # Gemini CLI fills `$VAR` and `${VAR}` in from its own environment: doctor cannot.
+                    "from-the-host": entry(
+                        SQUIRREL_PASSPHRASE="${SQUIRREL_PASSPHRASE}", SQUIRREL_VAULT=str(vault)
+                    ),
+                }
+            ),
         ),
     ]
     code, lines, on_terminal = doctor_both({**shell(vault_env), **NO_KEYCHAIN})
@@ -130,6 +138,9 @@ def test_each_entry_is_tried_with_its_own_env_with_and_without_a_terminal(vault_
         f"here: the server starts only if the host's own environment sets it; {FROM_HOME} "
         "→ put SQUIRREL_PASSPHRASE in its env, or keep it in the keychain (`squirrel-mcp keychain store` "
         "with its SQUIRREL_VAULT)",
+        f'✓ host config: {files[4]}, entry "from-the-host": {runs}; the vault at {vault} holds an account; '
+        "SQUIRREL_PASSPHRASE is a variable the host fills in from its own environment (not tried); "
+        f"{FROM_HOME}",
     ]
     # This shell names no vault and the default one does not exist: the account checked is the one
     # the first entry that unlocks opens, with its passphrase (not asked on the terminal).

@@ -41,14 +41,13 @@ from squirrel_mcp.book.errors import NoAccountError
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.book.reader import MemoryReader
 from squirrel_mcp.cli import hosts, keychain
-from squirrel_mcp.cli.entry_unlock import EntryTrials
+from squirrel_mcp.cli.entry_unlock import EntryTrials, stored_account
 from squirrel_mcp.cli.hooks_check import hook_checks
 from squirrel_mcp.cli.host_checks import Unchecked, check_hosts
 from squirrel_mcp.cli.unlock import (
     USER_ERRORS,
     StaleKeychainError,
     from_keychain,
-    open_storage,
     open_store,
 )
 from squirrel_mcp.core.config import Config, ConfigError, location
@@ -76,11 +75,7 @@ def check_storage(config: Config) -> Check:
     """The vault is there and holds an account, or the sync server answers and holds this key's."""
     name = "sync server" if config.remote else "vault"
     try:
-        storage = open_storage(config, create=False)
-        try:
-            account = storage.load_account()
-        finally:
-            storage.close()
+        account = stored_account(config)
     except StorageError as error:
         fix = (
             "start the sync server, or correct SQUIRREL_API_BASE_URL and SQUIRREL_API_KEY"

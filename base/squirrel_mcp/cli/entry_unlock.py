@@ -27,7 +27,7 @@ from squirrel_mcp.cli.unlock import StaleKeychainError, from_keychain, open_stor
 from squirrel_mcp.core.config import CACHE_DIR_VARIABLE, Config, ConfigError, location
 from squirrel_mcp.core.keychain import KeychainError, NoKeychainError
 from squirrel_mcp.keys.crypto import WrongPassphraseError
-from squirrel_mcp.storage import StorageError
+from squirrel_mcp.storage import Account, StorageError
 
 # The variables that say which account the server opens and how it unlocks it.
 SETTINGS = (
@@ -158,14 +158,19 @@ def _after(message: str, where: str) -> str:
     return message.removeprefix(opening)
 
 
+def stored_account(config: Config) -> Account | None:
+    """The account record the vault or sync server holds (None: none); StorageError when it cannot say."""
+    storage = open_storage(config, create=False)
+    try:
+        return storage.load_account()
+    finally:
+        storage.close()
+
+
 def _account(config: Config) -> Trial | None:
     """None when the vault or sync server holds an account; else the Trial saying what is wrong."""
     try:
-        storage = open_storage(config, create=False)
-        try:
-            account = storage.load_account()
-        finally:
-            storage.close()
+        account = stored_account(config)
     except StorageError as error:
         if config.remote:
             return Trial(str(error), "start the sync server, or correct SQUIRREL_API_BASE_URL in its env")
