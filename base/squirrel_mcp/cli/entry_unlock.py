@@ -25,7 +25,7 @@ from squirrel_mcp.cli.hosts import Entry, Passphrase
 from squirrel_mcp.cli.keychain import unlocks
 from squirrel_mcp.cli.unlock import StaleKeychainError, from_keychain, open_storage, passphrase_entry
 from squirrel_mcp.core.config import CACHE_DIR_VARIABLE, Config, ConfigError, location
-from squirrel_mcp.core.keychain import KeychainError, NoKeychainError
+from squirrel_mcp.core.keychain import NoKeychainError
 from squirrel_mcp.keys.crypto import WrongPassphraseError
 from squirrel_mcp.storage import Account, StorageError
 
@@ -96,7 +96,8 @@ def entry_config(entry: Entry) -> Config | Trial:
     """The settings the server of `entry` reads, or the Trial saying why they cannot be used."""
     env = {name: value for name, value in entry.env.items() if name in SETTINGS}
     if entry.passphrase is not Passphrase.SET:
-        # A placeholder or a host's variable is not the passphrase: the keychain is not tried either.
+        # A VS Code input or a host's variable is filled in by the host as it starts the server: its
+        # text here is not the passphrase.
         env.pop("SQUIRREL_PASSPHRASE", None)
     vault = env.get("SQUIRREL_VAULT", "")
     if vault and not os.path.isabs(os.path.expanduser(vault)):
@@ -147,8 +148,9 @@ def _try(config: Config, passphrase: Passphrase) -> Trial:
         return Trial(f"{source} does not unlock {where}: it was changed since it was kept there", fix)
     except WrongPassphraseError:
         return Trial(f"{source} does not unlock {where}", fix)
-    except (StorageError, NoAccountError, KeychainError) as error:
-        return Trial(str(error), "")
+    except (StorageError, NoAccountError) as error:
+        # Read between the look and the unlock, or key parameters this squirrel-mcp did not make.
+        return Trial(str(error), "correct the vault or sync server its env names")
     return Trial(f"{source} unlocks {where}", "", config)
 
 
