@@ -259,3 +259,20 @@ def test_an_entry_on_a_sync_server_is_tried_with_its_url_and_api_key(
     ]
     # This shell names no account: the one checked is the sync server the first entry unlocks.
     assert _named(lines, "sync server") == f"✓ sync server: {server} answers and holds an account"
+
+
+def test_an_entrys_line_stays_one_line_whatever_its_env_holds(vault_env: dict[str, str]) -> None:
+    home = Path(vault_env["HOME"])
+    forged = f"{home}/gone\n✓ vault: a line the config wrote"
+    claude = _write(
+        home / ".claude.json",
+        servers(**{"squirrel-notes": entry(SQUIRREL_PASSPHRASE=PASSPHRASE, SQUIRREL_VAULT=forged)}),
+    )
+    code, lines, on_terminal = doctor_both({**shell(vault_env, "SQUIRREL_VAULT"), **NO_KEYCHAIN})
+    assert (code, on_terminal) == (1, lines)
+    assert not [line for line in lines if "a line the config wrote" in line and not line.startswith("✗ host")]
+    [line] = _hosts(lines)
+    assert line.startswith(
+        f'✗ host config: {claude}, entry "squirrel-notes": runs {_script()} (this installation); '
+        f"there is no vault at {home}/gone?✓ vault: a line the config wrote, the one it opens; "
+    )

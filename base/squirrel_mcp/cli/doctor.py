@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -57,6 +58,7 @@ from squirrel_mcp.plugins.manager import DEFAULT_PLUGINS, get_plugin_manager, lo
 from squirrel_mcp.storage import StorageError
 
 INIT_FIX = "run `squirrel-mcp init` to create it"
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def check_config(config: Config, whose: str = "") -> Check:
@@ -256,6 +258,7 @@ def run(config: Config, environ: dict[str, str] | None = None, *, accept_log: bo
     checks += entry_checks
     checks += hook_checks(environ, Path.home(), Path.cwd())
     for check in checks:
-        print(check.line())
+        # A path from a host's config may hold a line break: each check stays one line.
+        print(CONTROL_CHARACTERS.sub("?", check.line()))
     sys.stdout.flush()
     return 0 if all(check.ok for check in checks) else 1
