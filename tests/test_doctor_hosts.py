@@ -1,7 +1,7 @@
 """doctor tries each host's entry as that host will run it: the entry's own passphrase, vault and keychain.
 
-The fake hosts' configs (Claude Desktop, Claude Code, Cursor, Codex, Gemini CLI) are
-written under the test's HOME; doctor runs as the CLI in a shell that sets neither
+The fake hosts' configs (Claude Desktop, Claude Code and a project's `.mcp.json`, Cursor,
+Codex, Gemini CLI) are written under the test's HOME; doctor runs as the CLI in a shell that sets neither
 SQUIRREL_PASSPHRASE nor, mostly, SQUIRREL_VAULT (a user who keeps them in the hosts'
 configs), twice: piped (no terminal) and on a pseudo-terminal. Each entry's line says
 the truth in one line, the same both ways, and the terminal is never asked for what a
@@ -109,13 +109,17 @@ def test_each_entry_is_tried_with_its_own_env_with_and_without_a_terminal(vault_
         ),
         _write(
             home / ".gemini" / "settings.json",
+            servers(**{"squirrel-notes": entry(SQUIRREL_VAULT=str(vault))}),
+        ),
+        # A project's own file for Claude Code (here the project is HOME): `${VAR}` is the host's to
+        # fill in from its own environment, which doctor cannot see.
+        _write(
+            home / ".mcp.json",
             servers(
                 **{
-                    "squirrel-notes": entry(SQUIRREL_VAULT=str(vault)),
-                    # Gemini CLI fills `$VAR` and `${VAR}` in from its own environment: doctor cannot.
                     "from-the-host": entry(
                         SQUIRREL_PASSPHRASE="${SQUIRREL_PASSPHRASE}", SQUIRREL_VAULT=str(vault)
-                    ),
+                    )
                 }
             ),
         ),
@@ -123,12 +127,16 @@ def test_each_entry_is_tried_with_its_own_env_with_and_without_a_terminal(vault_
     code, lines, on_terminal = doctor_both({**shell(vault_env), **NO_KEYCHAIN})
     assert code == 1
     assert on_terminal == lines
-    head = [f'{path}, entry "{"notes" if "cursor" in str(path) else "squirrel-notes"}": ' for path in files]
+    names = ["squirrel-notes", "squirrel-notes", "notes", "squirrel-notes", "squirrel-notes", "from-the-host"]
+    head = [f'{path}, entry "{name}": ' for path, name in zip(files, names, strict=True)]
     runs = f"runs {_script()} (this installation)"
     assert _hosts(lines) == [
         f"✓ host config: {head[0]}{runs}; {UNLOCKS} {vault}; {FROM_HOME}",
         f"✗ host config: {head[1]}{runs}; its SQUIRREL_PASSPHRASE does not unlock the vault at {vault}; "
         f"{FROM_HOME} → put the passphrase of `init` (or of the last `squirrel-mcp passphrase`) in its env",
+        f"✓ host config: {head[5]}{runs}; the vault at {vault} holds an account; "
+        "SQUIRREL_PASSPHRASE is a variable the host fills in from its own environment (not tried); "
+        f"{FROM_HOME}",
         f"✗ host config: {head[2]}{runs}; SQUIRREL_API_KEY is set but SQUIRREL_API_BASE_URL is not: set the "
         "sync server's URL, or unset the key to use the local vault (in its env); "
         f"{FROM_HOME} → correct it in its env",
@@ -138,9 +146,6 @@ def test_each_entry_is_tried_with_its_own_env_with_and_without_a_terminal(vault_
         f"here: the server starts only if the host's own environment sets it; {FROM_HOME} "
         "→ put SQUIRREL_PASSPHRASE in its env, or keep it in the keychain (`squirrel-mcp keychain store` "
         "with its SQUIRREL_VAULT)",
-        f'✓ host config: {files[4]}, entry "from-the-host": {runs}; the vault at {vault} holds an account; '
-        "SQUIRREL_PASSPHRASE is a variable the host fills in from its own environment (not tried); "
-        f"{FROM_HOME}",
     ]
     # This shell names no vault and the default one does not exist: the account checked is the one
     # the first entry that unlocks opens, with its passphrase (not asked on the terminal).

@@ -1,8 +1,8 @@
 """The MCP hosts' config files on this machine, and the squirrel-mcp entries in them.
 
 `squirrel-mcp doctor` reads the files the hosts keep (Claude Desktop, Claude Code,
-Cursor, VS Code, Codex, Gemini CLI; the project files of Cursor, VS Code and Gemini
-CLI from the current directory) and finds each entry that runs squirrel-mcp: one named as `init`'s
+Cursor, VS Code, Codex, Gemini CLI; the project files of Claude Code, Cursor, VS Code
+and Gemini CLI from the current directory) and finds each entry that runs squirrel-mcp: one named as `init`'s
 block names it, or whose command or arguments name squirrel-mcp.
 
 An entry keeps the text values of its `env` (`Entry.env`, hidden from its repr):
@@ -102,6 +102,8 @@ def host_files(environ: Mapping[str, str], home: Path, cwd: Path) -> list[HostFi
         desktop = app_data / "Claude" / "claude_desktop_config.json"
         files.append(HostFile("Claude Desktop", desktop, "json", "mcpServers"))
     files.append(HostFile("Claude Code", home / ".claude.json", "json", "mcpServers"))
+    # `claude mcp add -s project` writes the project's own file, shared with its repository.
+    files.append(HostFile("Claude Code", cwd / ".mcp.json", "json", "mcpServers"))
     files.append(HostFile("Cursor", home / ".cursor" / "mcp.json", "json", "mcpServers"))
     files.append(HostFile("Cursor", cwd / ".cursor" / "mcp.json", "json", "mcpServers"))
     # VS Code's own files allow comments and trailing commas.
