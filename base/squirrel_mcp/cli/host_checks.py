@@ -4,7 +4,8 @@ Each line says which command the entry runs (whether it can be run, and whether 
 is this installation), whether its account unlocks with what its own `env` and the
 keychain give the server (squirrel_mcp.cli.entry_unlock), and the project the host
 will be in. With no entry anywhere, one line says so and gives the block to put in
-a host's config: nothing was checked, so it is neither passed nor failed (`–`).
+a host's config: nothing was checked, so it is neither passed nor failed (`–`), and
+it does not fail doctor (the host may be one whose config doctor does not read).
 
 A host's project is SQUIRREL_PROJECT when its entry's env sets it, else the
 project of the folder the host starts squirrel-mcp in. A config rarely says that
