@@ -289,9 +289,12 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def vault_env(tmp_path: Path) -> dict[str, str]:
-    """Environment for a server on a fresh vault in tmp_path (created at first start)."""
+    """Environment for a server on a fresh vault in tmp_path (created at first start).
+
+    The vault is the default one of its XDG_DATA_HOME, named: a server creates a vault only there.
+    """
     return {
-        "SQUIRREL_VAULT": str(tmp_path / "data" / "vault.sqlite3"),
+        "SQUIRREL_VAULT": str(tmp_path / "xdg-data" / "squirrel-mcp" / "vault.sqlite3"),
         "SQUIRREL_PASSPHRASE": PASSPHRASE,
         "HOME": str(tmp_path / "home"),
         "XDG_DATA_HOME": str(tmp_path / "xdg-data"),

@@ -247,8 +247,16 @@ def get_context(
         unreadable=unreadable,
         olderRevision=older,
         leftOut=cut,
-        note=join_notes(log_note(context.store), _left_out_note(cut)),
+        note=join_notes(opening_note(context.opening), log_note(context.store), _left_out_note(cut)),
     )
+
+
+def opening_note(opening: Opening) -> str | None:
+    """The note saying what the store's opening did that the user should hear of, once (a new vault)."""
+    news = opening.take_news()
+    if news is None:
+        return None
+    return f"{news[0].upper()}{news[1:]} as this server started: it holds no memories yet."
 
 
 def _project_counts(counts: Mapping[str | None, int]) -> list[ProjectCount]:
@@ -284,7 +292,7 @@ def search_memory(
     the question. If nothing fits, retry once with nearMisses: true. It searches this
     session's project and the memories with no project; project "*" searches every one.
     """
-    return run_search(
+    found = run_search(
         context.store,
         context.plugins,
         query,
@@ -296,6 +304,8 @@ def search_memory(
         now=datetime.now(UTC),
         progress=request_progress.get(),
     )
+    news = opening_note(context.opening)
+    return found if news is None else found.model_copy(update={"note": join_notes(news, found.note)})
 
 
 def get_memory(
