@@ -117,13 +117,19 @@ def check_new_passphrase(variable: str, passphrase: str, nothing: str) -> None:
 
 
 def open_storage(config: Config, *, create: bool) -> Storage:
-    """The configured backend: the sync server's API when SQUIRREL_API_BASE_URL is set, else the vault."""
+    """The configured backend: the sync server's API when SQUIRREL_API_BASE_URL is set, else the vault.
+
+    A vault that does not exist is made only when `create`; else `no_vault`'s line refuses it.
+    """
     config.check()
     if config.api_base_url is not None and config.api_key is not None:
         # Imported here: the local vault's start-up does not pay for importing requests.
         from squirrel_mcp.storage.remote import RemoteStorage
 
         return RemoteStorage(check_api_base_url(config.api_base_url), config.api_key)
+    # lexists: a dangling link is refused by LocalVault as a link, not said to be missing.
+    if not create and not os.path.lexists(config.vault_path):
+        raise StorageError(no_vault(config))
     vault = LocalVault(config.vault_path, create=create)
     tell_corrected_modes(vault)
     return vault
@@ -269,8 +275,6 @@ def open_store(
     config = from_keychain(config)
     config.check()
     existed = config.remote or config.vault_path.exists()
-    if not existed and not create and not os.path.lexists(config.vault_path):
-        raise StorageError(no_vault(config))
     if not config.passphrase and create:
         raise UserError(missing_passphrase(config, existed=existed))
     if create and config.passphrase and not existed:

@@ -141,21 +141,27 @@ def describe_invalid(tool: str, errors: Sequence[ErrorDetails], schema: Mapping[
     """The sentence refusing a tool's arguments; `schema` is the tool's input schema.
 
     An unknown argument is named with the one it probably meant, and the arguments the
-    tool takes are listed. Each field's problem is said once.
+    tool takes are listed. Each field is said once, with its first problem.
     """
     properties: Mapping[str, Any] = schema.get("properties", {})
     required: Sequence[str] = schema.get("required", [])
     problems: list[str] = []
+    said: set[str] = set()
     unknown = False
     for error in errors:
+        field = str(error["loc"][0]) if error["loc"] else ""
         if error["type"] == "extra_forbidden" and len(error["loc"]) == 1:
             unknown = True
-            problem: str | None = _unknown(str(error["loc"][0]), list(properties))
+            problem: str | None = _unknown(field, list(properties))
+        elif field in said:
+            # Forty bad tags are one problem of `tags`: the first says what to fix.
+            continue
         else:
             problem = _problem(error, properties, required)
-        if problem is not None and problem not in problems:
+        if problem is not None:
+            said.add(field)
             problems.append(problem)
-    # Forty bad tags make forty problems; the first few say what to fix.
+    # Many unknown arguments: the first few say what to fix.
     if len(problems) > MAX_PROBLEMS:
         problems[MAX_PROBLEMS:] = [f"and {len(problems) - MAX_PROBLEMS} more"]
     takes = f" ({tool} takes {', '.join(properties) or 'no arguments'})" if unknown else ""
