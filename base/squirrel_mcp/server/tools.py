@@ -258,14 +258,20 @@ def get_context(
         unreadable=unreadable,
         olderRevision=older,
         leftOut=cut,
-        note=join_notes(opening_note(context.opening), log_note(context.store), _left_out_note(cut)),
+        note=join_notes(
+            opening_note(context.opening, sum(counted.values())), log_note(context.store), _left_out_note(cut)
+        ),
     )
 
 
-def opening_note(opening: Opening) -> str | None:
-    """The note saying what the store's opening did that the user should hear of, once (a new vault)."""
+def opening_note(opening: Opening, total: int) -> str | None:
+    """The note of the first get_context after the opening made a new vault, while it holds `total` = 0.
+
+    Said once: the agent hears that its memory is empty because it is new. Once memories
+    were saved, there is nothing to explain.
+    """
     news = opening.take_news()
-    if news is None:
+    if news is None or total:
         return None
     return f"{news[0].upper()}{news[1:]} as this server started: it holds no memories yet."
 
@@ -303,7 +309,7 @@ def search_memory(
     the question. If nothing fits, retry once with nearMisses: true. It searches this
     session's project and the memories with no project; project "*" searches every one.
     """
-    found = run_search(
+    return run_search(
         context.store,
         context.plugins,
         query,
@@ -315,8 +321,6 @@ def search_memory(
         now=datetime.now(UTC),
         progress=request_progress.get(),
     )
-    news = opening_note(context.opening)
-    return found if news is None else found.model_copy(update={"note": join_notes(news, found.note)})
 
 
 def get_memory(
