@@ -56,7 +56,7 @@ class Opening:
         """The store is open: every waiting and later call uses it.
 
         `news`: what the opening did that the user should hear of (a new vault created),
-        told once, in the first answer that has a note (`take_news`).
+        told once, in the first get_context's note (`take_news`).
         """
         self._store = store
         self._news = news
