@@ -174,6 +174,8 @@ async def test_a_relative_vault_is_the_hosts_folders_and_a_relative_directory_is
     other.mkdir()
     vault = folder / "notes" / "vault.sqlite3"
     relative = {**shared_env, "SQUIRREL_VAULT": "notes/vault.sqlite3", "SQUIRREL_MEMORY_MODEL_DIR": "model"}
+    # Made first in the host's folder: a server makes no vault at a path SQUIRREL_VAULT names.
+    assert run_cli(relative, "init", cwd=folder).returncode == 0
     with anyio.fail_after(WITHIN):
         async with Client(host(relative, folder)) as first:
             await call(first, "save_memory", text="Ada keeps bees on the roof", entity="Ada", category="fact")
