@@ -94,20 +94,35 @@ class Pool:
             raise DatabaseUnavailable(f"cannot connect to the {self._dialect.name} database") from error
 
     @contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[Cursor]:
-        """One transaction on a pooled connection; rolled back if the block raises."""
+    def _transaction(self, *, write: bool, alone: bool = False) -> Iterator[Cursor]:
+        """One transaction on a pooled connection; rolled back if the block raises.
+
+        `alone` says the block runs a single statement that only reads: it then
+        runs on its own (autocommit), without a BEGIN and a COMMIT, each a round
+        trip to PostgreSQL.
+        """
         with self._pool_lock:
             pooled = self._idle.pop() if self._idle else None
+        postgres = self._sqlite_path is None
+
+        def connect() -> _Connection:
+            connection = self._connect()
+            if alone and postgres:
+                _set_autocommit(connection, True)
+            return connection
+
+        if pooled is not None and alone and postgres:
+            _set_autocommit(pooled, True)
         # A pooled PostgreSQL connection may have been closed by the server (a
         # restart, an idle timeout) since its last use. Rather than a round trip
         # to try it before every transaction, the cursor sends the first statement
         # again on a new connection if it fails there (see Cursor).
-        retry = self._connect if pooled is not None and self._sqlite_path is None else None
-        cursor = Cursor(pooled or self._connect(), self._dialect, retry, self._errors.operational)
+        retry = connect if pooled is not None and postgres else None
+        cursor = Cursor(pooled or connect(), self._dialect, retry, self._errors.operational)
         # Only a connection whose transaction ended cleanly goes back to the pool.
         healthy = False
         try:
-            if self._sqlite_path is not None:
+            if not postgres and not alone:
                 # IMMEDIATE takes the write lock up front, so the slot's last_seq
                 # cannot change between reading and updating it.
                 cursor.connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
@@ -125,6 +140,12 @@ class Pool:
             healthy = False
             raise DatabaseUnavailable(f"the {self._dialect.name} database failed") from error
         finally:
+            if healthy and alone and postgres:
+                # Back to transactions before the pool lends it again, however the block ended.
+                try:
+                    _set_autocommit(cursor.connection, False)
+                except self._errors.any:
+                    healthy = False
             connection: _Connection | None = cursor.connection
             if healthy:
                 with self._pool_lock:
@@ -144,7 +165,7 @@ class Pool:
     def ping(self) -> None:
         """Raise DatabaseUnavailable unless the database answers (a read of its schema version)."""
         try:
-            with self._transaction(write=False) as cursor:
+            with self._transaction(write=False, alone=True) as cursor:
                 # A table, not "SELECT 1": SQLite answers that without touching the file.
                 cursor.execute("SELECT value FROM sync_meta WHERE key = 'schema'").fetchone()
         except self._errors.any as error:
@@ -240,6 +261,12 @@ def _postgres_errors() -> _Errors:
             "PostgreSQL needs the postgres extra: pip install 'squirrel-mcp[postgres]'"
         ) from error
     return _Errors((psycopg.Error,), (psycopg.OperationalError, psycopg.InterfaceError))
+
+
+def _set_autocommit(connection: _Connection, on: bool) -> None:
+    # psycopg only; it changes a setting of the client, without a round trip.
+    assert not isinstance(connection, sqlite3.Connection)
+    connection.autocommit = on
 
 
 def _close_quietly(connection: _Connection) -> None:
