@@ -301,14 +301,12 @@ def report(
         "| Append in batches of 500, records/s | Pull all, records/s |",
         "|---|---|---:|---:|---:|---:|",
     ]
-    for name, servers in results.items():
-        for which, r in servers.items():
-            label = f"before ({args.baseline})" if which == "before" else "now"
-            lines.append(
-                f"| {name} | {label} | {r['account_median']:.1f} ({r['account_p90']:.1f}) "
-                f"| {r['append_median']:.1f} ({r['append_p90']:.1f}) | {r['batch_rate']:,.0f} "
-                f"| {r['pull_rate']:,.0f} ({int(r['pulled']):,} in {r['pull_seconds']:.2f} s) |"
-            )
+    for name, label, r in table_rows(args, results):
+        lines.append(
+            f"| {name} | {label} | {r['account_median']:.1f} ({r['account_p90']:.1f}) "
+            f"| {r['append_median']:.1f} ({r['append_p90']:.1f}) | {r['batch_rate']:,.0f} "
+            f"| {r['pull_rate']:,.0f} ({int(r['pulled']):,} in {r['pull_seconds']:.2f} s) |"
+        )
     if args.baseline is not None:
         lines += ["", "Now against before, measured side by side (medians of the rounds):", ""]
         for name, servers in results.items():
@@ -371,20 +369,23 @@ def cpu_lines(args: argparse.Namespace, results: Results) -> list[str]:
         "| Page: PostgreSQL, ms | Load average (1 min) |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
-    for name, servers in results.items():
-        for which, r in servers.items():
-            label = f"before ({args.baseline})" if which == "before" else "now"
-            if name == "PostgreSQL":
-                database = (
-                    f"{r['batch_database_cpu_ms']:.1f} | {r['page_server_cpu_ms']:.1f} "
-                    f"| {r['page_database_cpu_ms']:.1f}"
-                )
-            else:
-                database = f"(in the server) | {r['page_server_cpu_ms']:.1f} | (in the server)"
-            lines.append(
-                f"| {name} | {label} | {r['batch_server_cpu_ms']:.1f} | {database} | {r['load']:.1f} |"
+    for name, label, r in table_rows(args, results):
+        if name == "PostgreSQL":
+            database = (
+                f"{r['batch_database_cpu_ms']:.1f} | {r['page_server_cpu_ms']:.1f} "
+                f"| {r['page_database_cpu_ms']:.1f}"
             )
+        else:
+            database = f"(in the server) | {r['page_server_cpu_ms']:.1f} | (in the server)"
+        lines.append(f"| {name} | {label} | {r['batch_server_cpu_ms']:.1f} | {database} | {r['load']:.1f} |")
     return lines
+
+
+def table_rows(args: argparse.Namespace, results: Results) -> Iterator[tuple[str, str, dict[str, float]]]:
+    """(database, which server, its figures) for each row of the report's tables."""
+    for name, servers in results.items():
+        for which, figures in servers.items():
+            yield name, f"before ({args.baseline})" if which == "before" else "now", figures
 
 
 def main() -> None:
