@@ -29,9 +29,7 @@ round and dropped after. The report goes to docs/benchmarks/sync.md.
 from __future__ import annotations
 
 import argparse
-import base64
 import io
-import json
 import os
 import re
 import secrets
@@ -43,28 +41,18 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
+from bench_sync_client import RECORD_BYTES, WARMUP, Client, measure, record_body
 from bench_sync_machine import CpuMeter, environment_lines
 
 from squirrel_mcp.syncserver.app import Limits
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO / "docs" / "benchmarks" / "sync.md"
-RECORD_BYTES = 400
-WARMUP = 20
-
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
-
-
-def nearest_rank(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, round(share * len(ordered)) - 1)]
 
 
 @contextmanager
@@ -131,82 +119,6 @@ def server(
         process.wait(timeout=30)
 
 
-def record_body(count: int) -> bytes:
-    """The JSON body of an append of `count` new memories' first revisions, of RECORD_BYTES each."""
-    records = [
-        {"memoryId": secrets.token_hex(8), "revision": 1, "ciphertext": b64(os.urandom(RECORD_BYTES))}
-        for _ in range(count)
-    ]
-    return json.dumps({"records": records}).encode()
-
-
-def measure(url: str, key: str, singles: int, batches: int, meter: CpuMeter) -> dict[str, float]:
-    session = requests.Session()
-    session.headers["Authorization"] = f"Bearer {key}"
-    account = {
-        "id": secrets.token_hex(16),
-        "kdf": {"alg": "scrypt", "salt": b64(os.urandom(16)), "n": 2**17, "r": 8, "p": 1},
-        "wrappedDataKey": b64(os.urandom(61)),
-    }
-    session.post(url + "/v1/account", json=account).raise_for_status()
-
-    def timed(call: object, count: int) -> list[float]:
-        times = []
-        for index in range(WARMUP + count):
-            start = time.perf_counter()
-            call()
-            if index >= WARMUP:
-                times.append((time.perf_counter() - start) * 1000)
-        return times
-
-    def get_account() -> None:
-        session.get(url + "/v1/account").raise_for_status()
-
-    json_type = {"Content-Type": "application/json"}
-
-    def append_one() -> None:
-        session.post(url + "/v1/records", data=record_body(1), headers=json_type).raise_for_status()
-
-    account_ms = timed(get_account, singles)
-    append_ms = timed(append_one, singles)
-
-    bodies = [record_body(500) for _ in range(batches)]
-    meter.lap()
-    start = time.perf_counter()
-    for body in bodies:
-        session.post(url + "/v1/records", data=body, headers=json_type).raise_for_status()
-    batch_seconds = time.perf_counter() - start
-    batch_cpu = meter.lap()
-
-    pages = 0
-    start = time.perf_counter()
-    pulled, after = 0, 0
-    while True:
-        page = session.get(url + "/v1/records", params={"after": after}).json()
-        pulled += len(page["records"])
-        pages += 1
-        after = page["cursor"]
-        if not page["more"]:
-            break
-    pull_seconds = time.perf_counter() - start
-    pull_cpu = meter.lap()
-    return {
-        "account_median": statistics.median(account_ms),
-        "account_p90": nearest_rank(account_ms, 0.9),
-        "append_median": statistics.median(append_ms),
-        "append_p90": nearest_rank(append_ms, 0.9),
-        "batch_rate": batches * 500 / batch_seconds,
-        "pulled": pulled,
-        "pull_seconds": pull_seconds,
-        "pull_rate": pulled / pull_seconds,
-        "batch_server_cpu_ms": batch_cpu[0] / batches * 1000,
-        "batch_database_cpu_ms": batch_cpu[1] / batches * 1000,
-        "page_server_cpu_ms": pull_cpu[0] / pages * 1000,
-        "page_database_cpu_ms": pull_cpu[1] / pages * 1000,
-        "load": os.getloadavg()[0],
-    }
-
-
 def baseline_tree(ref: str, temp: Path) -> str:
     """The base/ directory of commit `ref` of this repository, extracted under `temp`."""
     archive = subprocess.run(
@@ -224,15 +136,19 @@ def side_by_side(
     args: argparse.Namespace,
     baseline: str | None,
 ) -> dict[str, dict[str, float]]:
-    """Medians over `args.rounds` rounds of `measure`, now and (if given) the baseline, taking turns."""
+    """Medians over `args.rounds` rounds of `measure`: now and the baseline (if any), served at once."""
     servers = {"now": None} if baseline is None else {"before": baseline, "now": None}
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in servers}
     for round_number in range(args.rounds):
-        for name, source in servers.items():
-            tag = f"{name}-{round_number}"
-            with fresh(tag) as database, server(database, temp / f"{tag}.log", source=source) as running:
-                url, key, pid = running
-                runs[name].append(measure(url, key, args.singles, args.batches, CpuMeter(pid, database)))
+        with ExitStack() as stack:
+            clients = []
+            for name, source in servers.items():
+                tag = f"{name}-{round_number}"
+                database = stack.enter_context(fresh(tag))
+                url, key, pid = stack.enter_context(server(database, temp / f"{tag}.log", source=source))
+                clients.append(Client(url, key, CpuMeter(pid, database)))
+            for name, figures in zip(servers, measure(clients, args.singles, args.batches), strict=True):
+                runs[name].append(figures)
     return {
         name: {figure: statistics.median(run[figure] for run in found) for figure in found[0]}
         for name, found in runs.items()
@@ -247,10 +163,18 @@ def sizes(text: str) -> list[int]:
 Results = dict[str, dict[str, dict[str, float]]]
 
 
-def run(args: argparse.Namespace) -> tuple[Results, dict[str, str], list[tuple[int, float | None, float]]]:
-    """Every measurement the options ask for: (per database and server, versions, imports)."""
+Stages = dict[str, dict[str, float]]
+
+
+def run(
+    args: argparse.Namespace,
+) -> tuple[Results, dict[str, str], list[tuple[int, float | None, float]], Stages]:
+    """Every measurement the options ask for: (per database and server, versions, imports, stages)."""
+    from bench_sync_stages import stages
 
     results: Results = {}
+    found: Stages = {}
+    bodies = [record_body(500) for _ in range(args.batches)]
     versions = {"sqlite": sqlite3.sqlite_version}
     with tempfile.TemporaryDirectory() as temp_name:
         temp = Path(temp_name)
@@ -261,6 +185,7 @@ def run(args: argparse.Namespace) -> tuple[Results, dict[str, str], list[tuple[i
             yield f"sqlite:///{temp}/sync-{tag}.sqlite3"
 
         results["SQLite"] = side_by_side(sqlite_database, temp, args, baseline)
+        found["SQLite"] = stages(f"sqlite:///{temp}/stages.sqlite3", bodies)
         admin_url = os.environ.get("SQUIRREL_TEST_POSTGRES_URL")
         if admin_url:
             import psycopg
@@ -270,13 +195,15 @@ def run(args: argparse.Namespace) -> tuple[Results, dict[str, str], list[tuple[i
             results["PostgreSQL"] = side_by_side(
                 lambda _tag: postgres_database(admin_url), temp, args, baseline
             )
+            with postgres_database(admin_url) as database:
+                found["PostgreSQL"] = stages(database, bodies)
         else:
             print("bench_sync: SQUIRREL_TEST_POSTGRES_URL is unset; PostgreSQL not measured", file=sys.stderr)
         # Here, not at the top: bench_sync_imports uses this module's server.
         from bench_sync_imports import measure_imports
 
         imports = measure_imports(temp, args.import_sizes, args.before_sizes)
-    return results, versions, imports
+    return results, versions, imports, found
 
 
 def report(
@@ -284,9 +211,11 @@ def report(
     results: Results,
     versions: dict[str, str],
     imports: list[tuple[int, float | None, float]],
+    found: Stages,
 ) -> str:
     """The page of docs/benchmarks/sync.md."""
     from bench_sync_imports import import_lines
+    from bench_sync_stages import stage_lines
 
     lines = [
         "# Sync server",
@@ -317,6 +246,7 @@ def report(
                 f"{now['append_median']:.1f} ms against {before['append_median']:.1f} ms."
             )
     lines += cpu_lines(args, results)
+    lines += stage_lines(found, args.batches)
     lines += import_lines(imports)
     lines += [
         "",
@@ -329,7 +259,9 @@ def report(
         f"{RECORD_BYTES} random bytes (about one memory's sealed revision). Each figure is the median of "
         f"{args.rounds} rounds, each on a fresh database"
         + (
-            f"; the server of commit {args.baseline} took turns with this one, round by round. "
+            f"; the server of commit {args.baseline} ran beside this one in every round, each request"
+            " to one followed by the same request to the other (who goes first alternating), so that"
+            " the machine's changing load met both alike. "
             f"{args.baseline} is the last commit before the work measured here: each record of an append"
             " was its own INSERT after its own SELECT MAX(revision), and each transaction on PostgreSQL"
             " began with a round trip to test its pooled connection."
@@ -403,11 +335,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="rounds per server, medians taken")
     parser.add_argument(
         "--baseline",
-        help="a commit whose server is measured too, side by side (taking turns, same rounds)",
+        help="a commit whose server is measured too, side by side (request by request, same rounds)",
     )
     args = parser.parse_args()
-    results, versions, imports = run(args)
-    text = report(args, results, versions, imports)
+    results, versions, imports, found = run(args)
+    text = report(args, results, versions, imports, found)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text)
     print(text)
