@@ -354,9 +354,9 @@ class Database(KeyStore):
         """The highest stored revision of each of `memory_ids` that the slot holds (absent: none stored)."""
         if self._dialect is POSTGRES:
             # One probe of the (slot, memory, revision) index per id, in one statement
-            # whose text never changes (so the driver prepares it once). An IN list
-            # or `= ANY` let the planner scan every record of the slot instead when
-            # its statistics were older than the slot's growth: a cost that grew
+            # whose text never changes (the driver prepares it after a few uses). An
+            # IN list or `= ANY` let the planner scan every record of the slot instead
+            # when its statistics were older than the slot's growth: a cost that grew
             # with the account, 8 ms per batch at 10,000 records.
             rows = cursor.execute(
                 "SELECT ids.memory_id, (SELECT MAX(r.revision) FROM records r "
