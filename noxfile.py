@@ -385,7 +385,8 @@ def bench(session: nox.Session) -> None:
     session.run("python", "scripts/bench_locomo.py")
     subprocess.run([HAPROXY_SCRIPT], check=True)
     with postgres_for_tests(session):
-        # Side by side with the server before appends were batched into one statement.
+        # Side by side with the server of 1fdee83, the last commit before the sync server's
+        # appends were batched and its round trips cut (docs/benchmarks/sync.md says so too).
         session.run("python", "scripts/bench_sync.py", "--baseline", "1fdee83")
         session.run("python", "scripts/bench_sync_scale.py")
 
