@@ -20,7 +20,9 @@ def test_version() -> None:
     assert result.stdout.decode().strip() == f"squirrel-mcp {__version__}"
 
 
-def test_init_creates_a_vault_and_prints_a_client_config(vault_env: dict[str, str]) -> None:
+def test_init_creates_a_vault_and_prints_a_client_config(vault_env: dict[str, str], tmp_path: Path) -> None:
+    # A vault at a place of its own: the block names SQUIRREL_VAULT only when it is not the default.
+    vault_env = {**vault_env, "SQUIRREL_VAULT": str(tmp_path / "named" / "vault.sqlite3")}
     result = run_cli(vault_env, "init")
     assert result.returncode == 0, result.stderr
     out = result.stdout.decode()

@@ -38,6 +38,13 @@ WITHIN = 120.0
 UNLOCKS = "its SQUIRREL_PASSPHRASE unlocks the vault at"
 
 
+@pytest.fixture
+def vault_env(vault_env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """The suite's environment with its vault away from the default place: here a shell that names
+    no vault must find no default vault, so an entry's own SQUIRREL_VAULT is what doctor tries."""
+    return {**vault_env, "SQUIRREL_VAULT": str(tmp_path / "vaults" / "vault.sqlite3")}
+
+
 def shell(env: dict[str, str], *keep: str) -> dict[str, str]:
     """`env` as the shell doctor runs in: no SQUIRREL_PASSPHRASE, and SQUIRREL_VAULT only if kept."""
     dropped = {"SQUIRREL_PASSPHRASE", "SQUIRREL_VAULT"} - set(keep)
