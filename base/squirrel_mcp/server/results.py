@@ -31,7 +31,7 @@ class DuplicateHint(BaseModel):
     id: str
     entity: str
     text: str
-    overlap: float = Field(description="Share of words the two memories have in common, 0-1.")
+    overlap: float = Field(description="Share of the shorter text's words the other text holds, 0-1.")
 
 
 class SaveResult(_DropNone):

@@ -25,7 +25,7 @@ from squirrel_mcp.core.models import (
     Revision,
     Tags,
 )
-from squirrel_mcp.search import bm25
+from squirrel_mcp.search import duplicates
 from squirrel_mcp.search.ranking import Candidate
 from squirrel_mcp.server.results import ChangeResult, DuplicateHint, SaveResult
 from squirrel_mcp.server.tools import (
@@ -61,7 +61,7 @@ def save_with_duplicates(
 
     The fields must have passed save_memory's rules. A memory identical to a stored
     live one writes nothing and is that one (with no duplicates listed); otherwise
-    the duplicates are those `bm25.likely_duplicates` finds among the projects `seen`
+    the duplicates are those `duplicates.likely_duplicates` finds among the projects `seen`
     (None: every project). The page's add form saves through here too, so both follow
     one set of rules.
     """
@@ -71,7 +71,7 @@ def save_with_duplicates(
     if not written:
         return saved, False, []
     keep = None if seen is None else (lambda memory: memory.project in seen)
-    return saved, True, bm25.likely_duplicates(store.index, saved, keep=keep)
+    return saved, True, duplicates.likely_duplicates(store.index, saved, keep=keep)
 
 
 def save_memory(
