@@ -322,6 +322,7 @@ def bench(session: nox.Session) -> None:
     install_project(session, "requirements/dev.txt")
     session.run("python", "scripts/bench_startup.py", *session.posargs)
     session.run("python", "scripts/bench_listing.py")
+    session.run("python", "scripts/bench_duplicates.py")
     session.run("python", "scripts/bench_search.py")
     session.run("python", "scripts/bench_search.py", "--crafted")
     session.run("python", "scripts/bench_hybrid.py")
