@@ -137,7 +137,9 @@ def show(page: Page, request: Request) -> Response:
         similar=similar,
         projects=known(_project_counts(page)),
     )
-    return page.render(latest.entity, memory_page(view))
+    # Titled by its heading, which is its text; the tab's title holds none of it, as browsers
+    # keep titles in their history on disk, where no-store keeps the page itself out of the cache.
+    return page.render("Memory", memory_page(view))
 
 
 def new(page: Page, request: Request) -> Response:
