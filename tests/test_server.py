@@ -132,14 +132,8 @@ async def test_save_points_at_likely_duplicates(client: Client) -> None:
 
 
 async def test_a_restatement_with_other_tags_is_named_and_another_fact_is_not(client: Client) -> None:
-    first = await call(
-        client,
-        "save_memory",
-        text="Allergic to peanuts",
-        category="profile",
-        tags=["health"],
-        keywords=["allergy", "food"],
-    )
+    health = {"category": "profile", "tags": ["health"], "keywords": ["allergy", "food"]}
+    first = await call(client, "save_memory", text="Allergic to peanuts", **health)
     restated = await call(
         client,
         "save_memory",
@@ -151,14 +145,7 @@ async def test_a_restatement_with_other_tags_is_named_and_another_fact_is_not(cl
     assert [(d["id"], d["overlap"]) for d in restated["possibleDuplicates"]] == [(first["memory"]["id"], 1.0)]
     assert "update_memory" in restated["note"]
     # The same tags, keywords and entity, one word of the text in common: another fact.
-    other = await call(
-        client,
-        "save_memory",
-        text="Allergic to shellfish",
-        category="profile",
-        tags=["health"],
-        keywords=["allergy", "food"],
-    )
+    other = await call(client, "save_memory", text="Allergic to shellfish", **health)
     assert other["possibleDuplicates"] == [] and "note" not in other
 
 
