@@ -15,6 +15,9 @@ with the same STEM characters or more, and those make up at least STEM_SHARE of 
 shorter word: "allergy" and "allergic", "peanut" and "peanuts", not "internet" and
 "international". A single word says too little to call anything its repeat, so a
 memory of one word is nobody's duplicate.
+
+A plugin may name more, by meaning (the `similar_memories` hook): `with_meaning`
+joins the two, those found by words first.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from __future__ import annotations
 import functools
 import itertools
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from squirrel_mcp.core.models import Revision
 from squirrel_mcp.search.index import SearchIndex
@@ -143,3 +147,34 @@ def _holders(index: SearchIndex, word: str) -> set[int]:
     for term in _forms(index, word):
         docs.update(index.postings[term].docs)
     return docs
+
+
+@dataclass(frozen=True)
+class Duplicate:
+    """A memory the new one may repeat: the share of words their texts share, and the closeness in meaning.
+
+    `meaning` is None when no plugin measured it (or it did not name this memory).
+    """
+
+    memory: Revision
+    overlap: float
+    meaning: float | None = None
+
+
+def with_meaning(
+    new: Revision, by_words: Sequence[Candidate], by_meaning: Sequence[tuple[Revision, float]], limit: int = 3
+) -> list[Duplicate]:
+    """The memories found by words, then those found by meaning alone, `limit` at most.
+
+    Each found by both carries both numbers; one found by meaning alone, its words' overlap.
+    """
+    closeness = {memory.id: value for memory, value in by_meaning}
+    found = [Duplicate(hit.memory, hit.score, closeness.get(hit.memory.id)) for hit in by_words]
+    named = {hit.memory.id for hit in by_words}
+    words = text_words(new.text)
+    found += [
+        Duplicate(memory, overlap(words, text_words(memory.text)), value)
+        for memory, value in by_meaning
+        if memory.id not in named
+    ]
+    return found[:limit]
