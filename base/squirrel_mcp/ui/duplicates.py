@@ -1,9 +1,11 @@
 """The duplicates page: groups of live memories that may say the same thing.
 
 Two memories are duplicates here exactly when save_memory would name one as a
-possible duplicate of the other (`squirrel_mcp.search.duplicates`: more than half
-the words of the shorter one's text shared). A group is every memory linked to another by that, one
-after the other (A like B, B like C: one group), so each memory is in one group.
+possible duplicate of the other by words (`squirrel_mcp.search.duplicates`: more
+than half the words of the shorter one's text shared); those a plugin names by
+meaning when one is saved are not grouped here. A group is every memory linked to
+another by that, one after the other (A like B, B like C: one group), so each
+memory is in one group.
 """
 
 from __future__ import annotations
