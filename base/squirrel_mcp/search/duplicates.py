@@ -22,17 +22,14 @@ joins the two, those found by words first.
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from squirrel_mcp.core.models import Revision
-from squirrel_mcp.search.index import SearchIndex
+from squirrel_mcp.search.index import SearchIndex, text_content
 from squirrel_mcp.search.ranking import Candidate
-from squirrel_mcp.text.stopwords import STOPWORDS
-from squirrel_mcp.text.tokens import document_terms
 
 # Two words that begin alike for this many characters or more may be forms of one word.
 STEM = 5
@@ -40,14 +37,9 @@ STEM = 5
 STEM_SHARE = 0.75
 # The fewest words two memories must share to be called duplicates.
 FEWEST = 2
-# Tokenized texts kept, so the page's Duplicates, which compares every memory, tokenizes each once.
-CACHED_TEXTS = 4096
 
-
-@functools.lru_cache(maxsize=CACHED_TEXTS)
-def text_words(text: str) -> frozenset[str]:
-    """The content words of a memory's text: its full terms that are not stopwords."""
-    return frozenset(document_terms(text).full) - STOPWORDS
+# The content words of a memory's text: its full terms that are not stopwords.
+text_words = text_content
 
 
 def same_word(one: str, other: str) -> bool:
@@ -60,9 +52,22 @@ def same_word(one: str, other: str) -> bool:
     return common >= STEM and common >= STEM_SHARE * min(len(one), len(other))
 
 
-def _matched(words: Iterable[str], other: frozenset[str]) -> int:
-    """How many of `words` have a word in `other` that counts as the same."""
-    return sum(1 for word in words if word in other or any(same_word(word, held) for held in other))
+def _by_stem(words: Iterable[str]) -> dict[str, list[str]]:
+    """The words of STEM characters or more, by their first STEM: only those can be forms of one word."""
+    found: dict[str, list[str]] = {}
+    for word in words:
+        if len(word) >= STEM:
+            found.setdefault(word[:STEM], []).append(word)
+    return found
+
+
+def _matched(words: frozenset[str], other: frozenset[str], stems: dict[str, list[str]]) -> int:
+    """How many of `words` have a word in `other` (`stems`: its words by stem) that counts as the same."""
+    same = len(words & other)
+    for word in words - other:
+        if any(same_word(word, held) for held in stems.get(word[:STEM], ())):
+            same += 1
+    return same
 
 
 def overlap(one: frozenset[str], other: frozenset[str]) -> float:
@@ -74,7 +79,7 @@ def overlap(one: frozenset[str], other: frozenset[str]) -> float:
     shorter = min(len(one), len(other))
     if shorter < FEWEST:
         return 0.0
-    shared = min(_matched(one, other), _matched(other, one))
+    shared = min(_matched(one, other, _by_stem(other)), _matched(other, one, _by_stem(one)))
     return shared / shorter if shared >= FEWEST else 0.0
 
 
@@ -124,17 +129,20 @@ def likely_duplicates(
             allowed: set[int] | None = set().union(*(holders[word] for word in rarest))
         else:
             allowed = None
-        # How many of `words` each memory holds in any field: at least what its text shares.
+        # How many of `words` each memory holds in any field: at least what its text shares. A
+        # memory holding fewer than its text would need to share is left without reading its text.
         held = Counter(doc for docs in holders.values() for doc in docs if allowed is None or doc in allowed)
+        size = len(words)
         for doc, count in held.items():
-            if doc == own or count < FEWEST:
+            # More than half the shorter one's words, and at least FEWEST, as `overlap` asks.
+            if count < FEWEST or doc == own:
+                continue
+            their_size = index.content_count(doc)
+            if count <= min(size, their_size) // 2 or (longer_only and their_size < size):
                 continue
             memory = index.docs[doc]
             assert memory is not None, "postings only hold live documents"
-            theirs = text_words(memory.text)
-            if longer_only and len(theirs) < len(words):
-                continue
-            share = overlap(words, theirs)
+            share = overlap(words, text_words(memory.text))
             if is_duplicate(share) and (keep is None or keep(memory)):
                 found.append(Candidate(memory, share, share))
     found.sort(key=lambda hit: (-hit.score, hit.memory.id))

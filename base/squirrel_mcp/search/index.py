@@ -43,6 +43,7 @@ another process's batch of writes), the list is sorted again from scratch.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import threading
 import time
@@ -149,6 +150,15 @@ def memory_terms(memory: Revision) -> tuple[Counter[str], Counter[str], int]:
     return Counter(full), Counter(half) if half else Counter(), len(full)
 
 
+@functools.lru_cache(maxsize=4096)
+def text_content(text: str) -> frozenset[str]:
+    """The content words of a memory's text: its distinct full terms that are not stopwords.
+
+    Cached: a memory's text is read again when it is compared with a new one (duplicates).
+    """
+    return frozenset(document_terms(text).full) - STOPWORDS
+
+
 @dataclass(frozen=True)
 class IndexImage:
     """A search index as flat data, to seal in a snapshot and load back without tokenizing (snapshot.py).
@@ -158,7 +168,7 @@ class IndexImage:
     - `terms`: every term, sorted; `sizes`: how many documents each one's posting holds;
     - `docs`, `weights`: every posting's two arrays end to end, in the order of `terms`;
     - `partial`: the terms some documents hold only at half, and those documents;
-    - `categories`, `content`: each document's category code and count of content terms.
+    - `categories`, `content`: each document's category code and count of its text's content words.
     """
 
     epoch: float
@@ -280,7 +290,7 @@ class SearchIndex:
             return self._numbers.get(memory_id)
 
     def content_count(self, doc: int) -> int:
-        """How many distinct content terms (full terms that are not stopwords) document `doc` has."""
+        """How many content words (`text_content`) document `doc`'s text has."""
         return self._content[doc]
 
     def add(self, memory: Revision) -> None:
@@ -312,7 +322,7 @@ class SearchIndex:
                 self.partial.setdefault(term, set()).add(doc)
             self.docs.append(memory)
             self.categories.append(_CATEGORY_CODES[memory.category])
-            self._content.append(len(full.keys() - STOPWORDS))
+            self._content.append(len(text_content(memory.text)))
             self._numbers[memory.id] = doc
             if self._projects is not None:
                 self._projects.setdefault(memory.project, set()).add(doc)
