@@ -21,7 +21,15 @@ What is measured, for each pair:
   the latter at the plugin's threshold (`ranker.DUPLICATE_COSINE`).
 
 Precision is the share of flagged pairs that are duplicates; recall, the share of
-duplicates flagged. The report goes to docs/benchmarks/duplicates.md.
+duplicates flagged.
+
+Then the time the hint takes, in process, on an index of `--memories` seeded synthetic
+memories (scripts/bench_search.py's corpus: Zipf-distributed words, so common words are
+very common, a hard case): for `--lookups` of them, the rule before (replayed here on
+the same index, each memory's count of content words over all fields worked out
+beforehand, as the index held it) and after, alternating memory by memory; and the
+lookup the page's Duplicates makes for each memory (those at least as long). Medians
+and p90 (nearest rank). The report goes to docs/benchmarks/duplicates.md.
 Run with `python scripts/bench_duplicates.py` (the plugin installed for the meaning rows).
 """
 
@@ -29,19 +37,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
+import statistics
 import sys
 import tempfile
+import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench_search import Corpus
+
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.core.models import Revision
 from squirrel_mcp.keys import crypto
-from squirrel_mcp.search.index import memory_terms
+from squirrel_mcp.search import bm25, duplicates
+from squirrel_mcp.search.index import SearchIndex, memory_terms
 from squirrel_mcp.server.writing import save_with_duplicates
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp.text.stopwords import STOPWORDS
@@ -127,6 +142,52 @@ def cosines(pairs: Sequence[Pair]) -> list[float] | None:
     return [float(vectors[2 * n] @ vectors[2 * n + 1]) for n in range(len(pairs))]
 
 
+def before_lookup(index: SearchIndex, new: Revision, counts: dict[int, int]) -> list[tuple[float, int]]:
+    """The former hint, as it ran: Jaccard of all fields' content words, candidates by the rarest words."""
+    words = memory_terms(new)[0].keys() - STOPWORDS
+    own = index.number(new.id)
+    rarest = sorted(words, key=lambda term: (len(index.postings[term]), term))[: len(words) // 2 + 1]
+    candidates: set[int] = set().union(*(index.postings[term].docs for term in rarest))
+    candidates.discard(-1 if own is None else own)
+    shared: Counter[int] = Counter()
+    for term in words:
+        held = bm25._holding(index, term, [term], candidates)
+        shared.update(doc for doc, level in held.items() if level == 1.0)
+    found = [(count / (len(words) + counts[doc] - count), doc) for doc, count in shared.items()]
+    return sorted(hit for hit in found if hit[0] >= 0.5)[-3:]
+
+
+def timings(count: int, lookups: int) -> list[tuple[str, list[float]]]:
+    """Seconds per lookup: the hint before and after (alternating), and the page's lookup per memory."""
+    corpus = Corpus(seed=7)
+    memories = [corpus.memory(n) for n in range(count)]
+    index = SearchIndex(memories)
+    counts = {index.number(m.id) or 0: len(memory_terms(m)[0].keys() - STOPWORDS) for m in memories}
+    before: list[float] = []
+    after: list[float] = []
+    page: list[float] = []
+    for memory in memories[:: max(1, count // lookups)][:lookups]:
+        for times, lookup in (
+            (before, lambda m=memory: before_lookup(index, m, counts)),
+            (after, lambda m=memory: duplicates.likely_duplicates(index, m)),
+            (page, lambda m=memory: duplicates.likely_duplicates(index, m, limit=count, longer_only=True)),
+        ):
+            started = time.perf_counter()
+            lookup()
+            times.append(time.perf_counter() - started)
+    return [
+        ("before: save_memory's hint", before),
+        ("after: save_memory's hint", after),
+        ("after: the page's lookup of one memory", page),
+    ]
+
+
+def nearest_rank(values: list[float], share: float) -> float:
+    """The value at `share` of the sorted values, by nearest rank."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
+
+
 def scores(pairs: Sequence[Pair], flagged: Sequence[bool]) -> tuple[float, float, int, int]:
     """(precision, recall, duplicates flagged, others flagged)."""
     hits = sum(1 for pair, flag in zip(pairs, flagged, strict=True) if flag and pair.duplicate)
@@ -135,8 +196,14 @@ def scores(pairs: Sequence[Pair], flagged: Sequence[bool]) -> tuple[float, float
     return (hits / (hits + false) if hits + false else 0.0), hits / positives, hits, false
 
 
-def render(pairs: Sequence[Pair], rows: list[tuple[str, list[bool]]], misses: list[str]) -> str:
-    """The report: the set, then one row per rule."""
+def render(
+    pairs: Sequence[Pair],
+    rows: list[tuple[str, list[bool]]],
+    misses: list[str],
+    timed: list[tuple[str, list[float]]],
+    args: argparse.Namespace,
+) -> str:
+    """The report: the set, one row per rule, the pairs missed; then the times."""
     duplicates = sum(p.duplicate for p in pairs)
     lines = [
         "# The duplicate hint: precision and recall",
@@ -170,6 +237,24 @@ def render(pairs: Sequence[Pair], rows: list[tuple[str, list[bool]]], misses: li
         lines.append(f"| {name} | {precision:.2f} | {recall:.2f} | {hits} of {duplicates} | {false} |")
     lines += ["", "The pairs the word rule (after) gets wrong:", ""]
     lines += [f"- {miss}" for miss in misses] or ["- none"]
+    lines += [
+        "",
+        "## Time",
+        "",
+        f"Per lookup, on an index of {args.memories:,} synthetic memories (scripts/bench_search.py's",
+        f"corpus), {args.lookups} memories looked up, before and after alternating, in one run on a",
+        "shared machine: only figures of one run compare. The hint after reads more memories: a",
+        "shorter memory may repeat the new one by holding only its own few words, so the rarest",
+        "of the new one's words cannot narrow the candidates as they did for a share of both; the",
+        "count of each text's words in the index leaves out those that cannot share enough. The",
+        "page looks from each memory's shorter side only, and can narrow them.",
+        "",
+        "| lookup | median | p90 |",
+        "|---|---:|---:|",
+    ]
+    for name, values in timed:
+        median, p90 = statistics.median(values), nearest_rank(values, 0.9)
+        lines.append(f"| {name} | {median * 1000:.1f} ms | {p90 * 1000:.1f} ms |")
     return "\n".join(lines) + "\n"
 
 
@@ -177,6 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Measure every rule on the set; write the report."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=OUTPUT)
+    parser.add_argument("--memories", type=int, default=20_000, help="memories in the timed index")
+    parser.add_argument("--lookups", type=int, default=100, help="memories looked up in it")
     args = parser.parse_args(argv)
     pairs = read_pairs(PAIRS)
     after = flagged_after(pairs)
@@ -200,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for pair, flag in zip(pairs, after, strict=True)
         if flag != pair.duplicate
     ]
-    report = render(pairs, rows, misses)
+    report = render(pairs, rows, misses, timings(args.memories, args.lookups), args)
     args.output.write_text(report)
     print(report)
     return 0
