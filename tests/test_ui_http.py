@@ -263,7 +263,7 @@ async def test_beside_a_running_server(vault_env: dict[str, str], tmp_path: Path
             for _ in range(2):
                 status, _, page = ui.request("GET", location, headers=session)
                 assert status == 200
-                assert f'<p class="text" id="text">{agent_text}</p>' in page
+                assert f'<h1 class="text" id="text">{agent_text}</h1>' in page
                 assert "changed since this form was loaded (at revision 1; it is now at revision 2)" in page
                 conflict = page[
                     page.index('id="conflict"') : page.index("</section>", page.index('id="conflict"'))
