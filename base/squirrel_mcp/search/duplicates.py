@@ -28,8 +28,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from squirrel_mcp.core.models import Revision
-from squirrel_mcp.search.index import SearchIndex, text_content
+from squirrel_mcp.search.index import SearchIndex
 from squirrel_mcp.search.ranking import Candidate
+from squirrel_mcp.text.tokens import text_content
 
 # Two words that begin alike for this many characters or more may be forms of one word.
 STEM = 5

@@ -43,7 +43,6 @@ another process's batch of writes), the list is sorted again from scratch.
 from __future__ import annotations
 
 import bisect
-import functools
 import itertools
 import threading
 import time
@@ -54,8 +53,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from squirrel_mcp.core.models import HALF_LIFE_DAYS, Revision, parse_iso
-from squirrel_mcp.text.stopwords import STOPWORDS
-from squirrel_mcp.text.tokens import begins_with, document_terms
+from squirrel_mcp.text.tokens import begins_with, document_terms, text_content
 
 # The entity, tags and keywords are labels chosen so the memory is found again;
 # a word there says more about what the memory is about than the same word said
@@ -148,15 +146,6 @@ def memory_terms(memory: Revision) -> tuple[Counter[str], Counter[str], int]:
             if terms.half:
                 half += terms.half * weight
     return Counter(full), Counter(half) if half else Counter(), len(full)
-
-
-@functools.lru_cache(maxsize=4096)
-def text_content(text: str) -> frozenset[str]:
-    """The content words of a memory's text: its distinct full terms that are not stopwords.
-
-    Cached: a memory's text is read again when it is compared with a new one (duplicates).
-    """
-    return frozenset(document_terms(text).full) - STOPWORDS
 
 
 @dataclass(frozen=True)
