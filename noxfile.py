@@ -370,6 +370,7 @@ def bench(session: nox.Session) -> None:
     session.env.update(PUBLISH_FIGURES)
     session.run("python", "scripts/bench_startup.py", *session.posargs)
     session.run("python", "scripts/bench_listing.py")
+    session.run("python", "scripts/bench_duplicates.py")
     session.run("python", "scripts/bench_search.py")
     session.run("python", "scripts/bench_search.py", "--crafted")
     session.run("python", "scripts/bench_hybrid.py")

@@ -45,7 +45,6 @@ class ReferenceIndex:
         self.postings: dict[str, dict[str, float]] = {}
         self.partial: dict[str, set[str]] = {}
         self.memories: dict[str, Revision] = {}
-        self.content: dict[str, set[str]] = {}
         self.terms: dict[str, set[str]] = {}
 
     def add(self, memory: Revision) -> None:
@@ -73,13 +72,11 @@ class ReferenceIndex:
             self.postings.setdefault(term, {})[memory.id] = decay * saturate(tf, denominator)
             self.partial.setdefault(term, set()).add(memory.id)
         self.memories[memory.id] = memory
-        self.content[memory.id] = {term for term in full if term not in STOPWORDS}
         self.terms[memory.id] = {*full, *half}
 
     def remove(self, memory_id: str) -> None:
         if self.memories.pop(memory_id, None) is None:
             return
-        del self.content[memory_id]
         for term in self.terms.pop(memory_id):
             self.postings[term].pop(memory_id, None)
             if not self.postings[term]:
@@ -206,15 +203,33 @@ def search(
     return Outcome(hits[:limit], len(scores))
 
 
+def text_words(memory: Revision) -> set[str]:
+    """The content words of a memory's text alone."""
+    return set(document_terms(memory.text).full) - STOPWORDS
+
+
+def same_word(one: str, other: str) -> bool:
+    """Spelled the same, or beginning alike for 5 characters or more and 3/4 of the shorter word."""
+    common = 0
+    while common < min(len(one), len(other)) and one[common] == other[common]:
+        common += 1
+    return one == other or (common >= 5 and common >= 0.75 * min(len(one), len(other)))
+
+
 def likely_duplicates(index: ReferenceIndex, new: Revision, limit: int = 3) -> list[Candidate]:
-    words = index.content[new.id]
+    """Every other memory whose text shares two words or more, and more than half the shorter one's."""
+    words = text_words(new)
     found = []
-    for memory_id, content in index.content.items():
-        if memory_id == new.id or not words & content:
+    for memory_id, memory in index.memories.items():
+        theirs = text_words(memory)
+        if memory_id == new.id or min(len(words), len(theirs)) < 2:
             continue
-        overlap = len(words & content) / len(words | content)
-        if overlap >= 0.5:
-            found.append(Candidate(index.memories[memory_id], overlap, overlap))
+        mine_held = sum(1 for word in words if any(same_word(word, their) for their in theirs))
+        theirs_held = sum(1 for their in theirs if any(same_word(their, word) for word in words))
+        shared = min(mine_held, theirs_held)
+        overlap = shared / min(len(words), len(theirs))
+        if shared >= 2 and overlap > 0.5:
+            found.append(Candidate(memory, overlap, overlap))
     found.sort(key=lambda hit: (-hit.score, hit.memory.id))
     return found[:limit]
 

@@ -268,3 +268,28 @@ async def test_stopping_during_the_warm_up_exits_cleanly_and_keeps_the_work_done
         again = await search_warm(client, query="food allergies", limit=5)
         assert "note" not in again and again["results"][0]["text"] == "Is allergic to peanuts"
     assert memory_lines(errors) == [READY]
+
+
+async def test_a_restatement_in_other_words_is_named_by_meaning(
+    hybrid_env: dict[str, str], tmp_path: Path
+) -> None:
+    async with server(hybrid_env, tmp_path) as (client, _):
+        work = {"category": "preference", "tags": ["work"]}
+        first = (await call(client, "save_memory", text="Hates meetings before 10 am", **work))["memory"]
+        await call(client, "save_memory", text="Owns a red kayak")
+        # The model started and every memory embedded.
+        await search_warm(client, query="meetings")
+        # One word in common: by words alone, no duplicate; in meaning, the same.
+        again = await call(
+            client,
+            "save_memory",
+            text="Dislikes meetings before 10am; keep mornings free",
+            keywords=["calendar", "mornings"],
+            **work,
+        )
+        (hint,) = again["possibleDuplicates"]
+        assert hint["id"] == first["id"] and hint["overlap"] == 0.0 and 0.75 <= hint["meaning"] <= 1.0
+        assert "update_memory" in again["note"]
+        # Another fact of the same kind is not named.
+        other = await call(client, "save_memory", text="Likes to have lunch at 12:30", **work)
+        assert other["possibleDuplicates"] == [] and "note" not in other

@@ -26,8 +26,10 @@ from squirrel_mcp.core.models import Revision
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.plugins import hookspecs
 from squirrel_mcp.plugins import manager as plugins
+from squirrel_mcp.search.duplicates import Duplicate
 from squirrel_mcp.search.ranking import MAX_NOTE_CHARS, Candidate, Progress, RankedHit, Ranking, RankOptions
 from squirrel_mcp.server import searching
+from squirrel_mcp.server.writing import save_with_duplicates
 from squirrel_mcp.storage.local import LocalVault
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -280,6 +282,52 @@ def test_hook_memories_changed(
     save(store, "After shutdown")
     time.sleep(0.05)
     assert len(told) == len(expected)
+
+
+def test_hook_similar_memories(
+    host: plugins.PluginHost,
+    register: Callable[[object, str], None],
+    store: MemoryStore,
+    tmp_path: Path,
+    lines: list[str],
+) -> None:
+    """save_memory names the memories a plugin finds close in meaning; a broken answer sets it aside."""
+    asked: list[tuple[str, int]] = []
+    answers: list[object] = []
+
+    class Meaning:
+        @hookspecs.hookimpl
+        def similar_memories(self, memory: Revision, limit: int) -> object:
+            asked.append((memory.id, limit))
+            return answers.pop(0)
+
+    def add(text: str) -> tuple[Revision, bool, list[Duplicate]]:
+        return save_with_duplicates(
+            store, entity="user", text=text, category="fact", tags=[], keywords=[], host=host
+        )
+
+    register(Meaning(), "meaning")
+    # Nothing in common by words: only the plugin can name it.
+    tulips = save(store, "Plants tulip bulbs every October")
+    gone = save(store, "Old phone number 555-0100")
+    store.delete(gone.id, reason=None)
+    # Not started yet: not asked (a save never waits for a plugin).
+    assert add("Autumn: puts flowers in the garden")[2] == [] and asked == []
+    host.start(config(tmp_path), store)
+    assert host.wait_started(30)
+    answers.append([(tulips.id, 0.81)])
+    saved, _, found = add("Every autumn, flowers go into the ground")
+    assert asked == [(saved.id, 3)]
+    assert [(d.memory.id, d.overlap, d.meaning) for d in found] == [(tulips.id, 0.0, 0.81)]
+    # A deleted memory named: the answer is not used, and the plugin is set aside, in one line.
+    answers.append([(gone.id, 0.9)])
+    assert add("Sows poppies in the autumn too")[2] == [] and len(asked) == 2
+    assert lines == [
+        "plugin meaning failed in similar_memories (named an unknown id, a deleted memory or the "
+        "memory itself); it is set aside for this session"
+    ]
+    add("Bulbs: tulips, daffodils")
+    assert len(asked) == 2
 
 
 def test_hook_shutdown(
@@ -621,6 +669,7 @@ def test_the_hooks_are_the_documented_ones() -> None:
         "startup",
         "rank_memories",
         "memories_changed",
+        "similar_memories",
         "shutdown",
         "register_commands",
         "doctor_checks",

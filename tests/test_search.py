@@ -18,10 +18,12 @@ from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.core.models import HALF_LIFE_DAYS, Revision
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.search import bm25
+from squirrel_mcp.search.duplicates import likely_duplicates
 from squirrel_mcp.search.index import SearchIndex
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp.text import tokens
 from squirrel_mcp.text.stopwords import STOPWORDS
+from tests import lexical_reference as reference
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -379,12 +381,29 @@ def test_the_store_keeps_its_index_current(store: MemoryStore, tmp_path: Path) -
     assert run(store.index, "kayak").total == 1
 
 
-def test_likely_duplicates_share_half_their_content_words() -> None:
-    first = memory("Allergic to peanuts and cashews", number=1)
-    second = memory("Allergic to cashews and peanuts", number=2)
-    third = memory("Likes walnuts", number=3)
-    index = SearchIndex([first, second, third])
-    assert [hit.memory.id for hit in bm25.likely_duplicates(index, second)] == [first.id]
+def test_likely_duplicates_share_most_words_of_the_shorter_text() -> None:
+    # The pair: tags and keywords that differ, an entity every memory has, a detail added.
+    first = memory("Allergic to peanuts", tags=("health",), keywords=("allergy", "food"), number=1)
+    second = memory(
+        "Is allergic to peanuts; carries an EpiPen",
+        tags=("health", "allergy"),
+        keywords=("peanut allergy", "epinephrine", "anaphylaxis"),
+        number=2,
+    )
+    # One word in common, whatever the fields around it share: another fact.
+    third = memory("Allergic to shellfish", tags=("health",), keywords=("allergy", "food"), number=3)
+    # Forms of a word count as one ("allergy", "allergic"; "peanut", "peanuts").
+    fourth = memory("Peanut allergy", number=4)
+    index = SearchIndex([first, second, third, fourth])
+    assert [hit.memory.id for hit in likely_duplicates(index, second)] == [first.id, fourth.id]
+    assert [hit.memory.id for hit in likely_duplicates(index, first)] == [second.id, fourth.id]
+    assert likely_duplicates(index, third) == []
+    # From the shorter side only, as the page's Duplicates asks: the longer one, never the other way.
+    assert [hit.memory.id for hit in likely_duplicates(index, first, longer_only=True)] == [
+        second.id,
+        fourth.id,
+    ]
+    assert likely_duplicates(index, second, longer_only=True) == []
 
 
 # Properties --------------------------------------------------------------------
@@ -493,25 +512,17 @@ def test_incremental_updates_equal_a_fresh_index(
 
 @settings(max_examples=100, deadline=None)
 @given(memories)
-def test_likely_duplicates_finds_every_memory_sharing_half_its_words(
+def test_likely_duplicates_finds_every_memory_sharing_most_of_the_shorter_text(
     entries: list[tuple[str, str, int]],
 ) -> None:
     index = build(entries)
     new = index.memory(f"{0:016x}")
     assert new is not None
-
-    def content(memory: Revision) -> set[str]:
-        fields = [memory.entity, memory.text, *memory.tags, *memory.keywords]
-        return {term for field in fields for term in tokens.document_terms(field).full} - STOPWORDS
-
-    words = content(new)
-    expected = []
+    plain = reference.ReferenceIndex(index.epoch)
     for n in range(len(entries)):
         other = index.memory(f"{n:016x}")
         assert other is not None
-        union = words | content(other)
-        overlap = len(words & content(other)) / len(union) if union else 0.0
-        if other.id != new.id and overlap >= 0.5:
-            expected.append((-overlap, other.id))
-    found = bm25.likely_duplicates(index, new)
-    assert [hit.memory.id for hit in found] == [memory_id for _, memory_id in sorted(expected)[:3]]
+        plain.add(other)
+    found = likely_duplicates(index, new)
+    expected = reference.likely_duplicates(plain, new)
+    assert [(hit.memory.id, hit.score) for hit in found] == [(hit.memory.id, hit.score) for hit in expected]

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from squirrel_mcp.core.models import HALF_LIFE_DAYS, Revision
 from squirrel_mcp.search import bm25
+from squirrel_mcp.search.duplicates import likely_duplicates
 from squirrel_mcp.search.index import SearchIndex
 from squirrel_mcp.text.tokens import document_terms
 from tests import lexical_reference as reference
@@ -151,9 +152,16 @@ def test_the_compact_index_ranks_as_the_plain_search(seed: int, monkeypatch: pyt
     assert len(index.docs) < 1000, "the holes were closed"
     every_way(index, plain, texts)
     for memory in list(plain.memories.values())[:100]:
-        got = bm25.likely_duplicates(index, memory)
+        got = likely_duplicates(index, memory)
         want = reference.likely_duplicates(plain, memory)
         assert [(hit.memory.id, hit.score) for hit in got] == [(hit.memory.id, hit.score) for hit in want]
+        # From the shorter side, as the page's Duplicates asks: those at least as long.
+        longer = likely_duplicates(index, memory, limit=len(index), longer_only=True)
+        size = len(reference.text_words(memory))
+        every = reference.likely_duplicates(plain, memory, limit=len(index))
+        assert [hit.memory.id for hit in longer] == [
+            hit.memory.id for hit in every if len(reference.text_words(hit.memory)) >= size
+        ]
 
 
 @settings(max_examples=300, deadline=None)

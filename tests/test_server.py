@@ -131,6 +131,24 @@ async def test_save_points_at_likely_duplicates(client: Client) -> None:
     assert unrelated["possibleDuplicates"] == [] and "note" not in unrelated
 
 
+async def test_a_restatement_with_other_tags_is_named_and_another_fact_is_not(client: Client) -> None:
+    health = {"category": "profile", "tags": ["health"], "keywords": ["allergy", "food"]}
+    first = await call(client, "save_memory", text="Allergic to peanuts", **health)
+    restated = await call(
+        client,
+        "save_memory",
+        text="Is allergic to peanuts; carries an EpiPen",
+        category="profile",
+        tags=["health", "allergy"],
+        keywords=["peanut allergy", "epinephrine", "anaphylaxis"],
+    )
+    assert [(d["id"], d["overlap"]) for d in restated["possibleDuplicates"]] == [(first["memory"]["id"], 1.0)]
+    assert "update_memory" in restated["note"]
+    # The same tags, keywords and entity, one word of the text in common: another fact.
+    other = await call(client, "save_memory", text="Allergic to shellfish", **health)
+    assert other["possibleDuplicates"] == [] and "note" not in other
+
+
 async def test_correction_writes_a_revision_and_keeps_the_old_one(client: Client) -> None:
     saved = await save(client, "Lives in Lyon", category="fact", tags=["home"])
     changed = await call(client, "update_memory", id=saved["id"], text="Lives in Marseille", reason="moved")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from squirrel_mcp.search import bm25
+from squirrel_mcp.search.duplicates import likely_duplicates
 from tests.ui_support import (
     FORM,
     Ui,
@@ -187,8 +187,8 @@ def test_duplicates_are_grouped_as_save_names_them(vault_env: dict[str, str], tm
         other = save(store, "Prefers green tea over coffee, no sugar", category="preference")
         lone = save(store, "The boiler is serviced every October")
         # The notion the page groups by: what save_memory names as possible duplicates.
-        assert [hit.memory.id for hit in bm25.likely_duplicates(store.index, two)] == [one.id]
-        assert bm25.likely_duplicates(store.index, other) == []
+        assert [hit.memory.id for hit in likely_duplicates(store.index, two)] == [one.id]
+        assert likely_duplicates(store.index, other) == []
     with running_ui(vault_env, tmp_path) as ui:
         session = {"Cookie": ui.login()}
         status, _, page = ui.request("GET", "/duplicates", headers=session)

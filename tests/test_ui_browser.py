@@ -126,6 +126,12 @@ def test_a_persons_round_in_chromium(browser: Browser, vault_env: dict[str, str]
             tags=["house"],
             keywords=["keys"],
         )
+        tyres = save(
+            store,
+            "Winter tyres are in the garage loft, stacked on the left behind the camping gear,\n"
+            "with the wheel nuts in a labelled biscuit tin",
+            entity="car",
+        )
         save(
             store, "Sister Anna lives in Lyon and visits in June", entity="Anna (sister)", category="profile"
         )
@@ -153,16 +159,26 @@ def test_a_persons_round_in_chromium(browser: Browser, vault_env: dict[str, str]
                 store, PluginHost(get_plugin_manager()), "spare key", limit=10, now=datetime.now(UTC)
             )
         assert shown_cards(page, "#results") == [(hit.id, hit.text) for hit in expected.results]
+        # Said for a person: found by words, and how many of the query's words each hit holds.
+        assert page.inner_text("#ranking") == "by words"
         lexical = page.locator("#results .lexical").all_inner_texts()
-        assert lexical == [f"{hit.lexicalScore:.3f}" for hit in expected.results]
+        assert lexical == [f"{round(100 * hit.lexicalScore)}%" for hit in expected.results]
+        said = page.locator("#results .scores").all_inner_texts()
+        assert said and all(text.startswith("matched words ") for text in said)
         scores = page.locator("#results .score").all_inner_texts()
         assert scores == [f"{hit.score:.3f}" for hit in expected.results]
+        shown = page.inner_text("main")
+        assert not any(name in shown for name in ("lexicalScore", "semanticScore", "ranking", "hybrid"))
         screenshot(page, "search")
 
         # Correct it, with a reason.
         # The memory's text is the link to its page.
         page.click(f'#results li[data-id="{key.id}"] .text a')
         page.wait_for_url(f"**/memory/{key.id}")
+        # The page is headed by what the memory says, not who it is about ("home"); the tab's
+        # title holds nothing of it (a browser keeps titles in its history).
+        assert page.inner_text("h1") == key.text
+        assert page.title() == "Memory · squirrel-mcp"
         corrected = "The spare key is with the neighbour at number 12"
         page.fill("form.edit textarea[name=text]", corrected)
         page.fill("form.edit input[name=reason]", "moved it last week")
@@ -178,6 +194,15 @@ def test_a_persons_round_in_chromium(browser: Browser, vault_env: dict[str, str]
         )
         assert page.inner_text("#text") == latest.text
         assert page.inner_text("#revision") == "2"
+
+        # A long text's heading is its beginning, on one line, cut after a word; the page holds it all.
+        page.goto(f"{ui.origin}/memory/{tyres.id}")
+        title = page.inner_text("h1")
+        flat = " ".join(tyres.text.split())
+        assert title.endswith("…") and len(title) <= 80 and flat.startswith(title[:-1])
+        assert flat[len(title) - 1] == " " and page.title() == "Memory · squirrel-mcp"
+        assert page.inner_text("#text") == tyres.text
+        page.goto(f"{ui.origin}/memory/{key.id}")
 
         # Delete it, then restore it.
         page.fill("form.delete input[name=reason]", "not needed")
@@ -307,6 +332,15 @@ def test_add_act_on_several_and_find_duplicates(
         save(store, "Wi-Fi password for the guest network is on the fridge", entity="home network")
         save(store, "The boiler is serviced every October", entity="home", tags=["house"])
         save(store, "Bins go out on Tuesday evening", entity="home", tags=["house", "chores"])
+        # A restatement with tags and keywords of its own: one more group.
+        peanuts = save(store, "Allergic to peanuts", category="profile", tags=["health"], keywords=["food"])
+        epipen = save(
+            store,
+            "Is allergic to peanuts; carries an EpiPen",
+            category="profile",
+            tags=["health", "allergy"],
+            keywords=["peanut allergy", "epinephrine"],
+        )
     context, page, problems = open_page(browser)
     with running_ui(vault_env, tmp_path) as ui:
         page.goto(ui.url)
@@ -400,10 +434,15 @@ def test_add_act_on_several_and_find_duplicates(
         page.click("p.shown a[href='/duplicates']")
         page.wait_for_url(f"{ui.origin}/duplicates")
         groups = page.locator("#duplicates section.group")
-        assert groups.count() == 1
-        assert shown_cards(page, "#duplicates section.group ol") == [
+        assert groups.count() == 2
+        # The newest group first: the one the page added.
+        assert shown_cards(page, '#duplicates section.group[data-group="1"] ol') == [
             (first_of_anna.id, first_of_anna.text),
             (saved.id, saved.text),
+        ]
+        assert shown_cards(page, '#duplicates section.group[data-group="2"] ol') == [
+            (peanuts.id, peanuts.text),
+            (epipen.id, epipen.text),
         ]
         screenshot(page, "duplicates")
 

@@ -6,7 +6,7 @@ from urllib.parse import parse_qsl
 
 import pytest
 
-from squirrel_mcp.search import bm25
+from squirrel_mcp.search.duplicates import likely_duplicates
 from squirrel_mcp.ui import forms, selection
 from squirrel_mcp.ui.duplicates import groups
 from tests.ui_support import create_vault, library, save
@@ -24,9 +24,7 @@ def test_a_group_is_every_memory_linked_one_after_the_other(vault_env: dict[str,
             save(store, "dentist appointment thursday morning"),
         ]
         # The links save_memory would name: first-second and second-third, never first-third.
-        linked = {
-            m.id: {hit.memory.id for hit in bm25.likely_duplicates(store.index, m)} for m in (first, third)
-        }
+        linked = {m.id: {hit.memory.id for hit in likely_duplicates(store.index, m)} for m in (first, third)}
         assert linked == {first.id: {second.id}, third.id: {second.id}}
         found = groups(store)
         assert {frozenset(m.id for m in group) for group in found} == {

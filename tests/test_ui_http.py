@@ -263,7 +263,7 @@ async def test_beside_a_running_server(vault_env: dict[str, str], tmp_path: Path
             for _ in range(2):
                 status, _, page = ui.request("GET", location, headers=session)
                 assert status == 200
-                assert f'<p class="text" id="text">{agent_text}</p>' in page
+                assert f'<h1 class="text" id="text">{agent_text}</h1>' in page
                 assert "changed since this form was loaded (at revision 1; it is now at revision 2)" in page
                 conflict = page[
                     page.index('id="conflict"') : page.index("</section>", page.index('id="conflict"'))
@@ -309,7 +309,9 @@ def test_search_counts_and_export(vault_env: dict[str, str], tmp_path: Path) -> 
         status, _, page = ui.request("GET", "/search?" + urlencode({"q": "spare key"}), headers=session)
         assert status == 200
         assert SECRET_TEXT in page and "penicillin" not in page
-        assert "lexicalScore" in page and "semanticScore" in page and 'id="ranking">lexical<' in page
+        # Said for a person: what it was found by, how many of the query's words each hit holds.
+        assert 'data-ranking="lexical">by words<' in page and 'class="lexical">100%<' in page
+        assert "lexicalScore" not in page and "semanticScore" not in page and "meaning" not in page
         # The score that orders the hits is shown beside the two it is made from.
         assert re.search(r'score <b class="score">\d\.\d{3}</b>', page)
         # Near misses on request.
@@ -363,7 +365,7 @@ def test_ctrl_c_stops_it_and_a_wrong_passphrase_is_one_line(
 
 @needs_model
 def test_search_is_hybrid_with_the_embeddings_plugin(vault_env: dict[str, str], tmp_path: Path) -> None:
-    """With the plugin the page ranks as the server does: by meaning too, each hit with its semanticScore."""
+    """With the plugin the page ranks as the server does: by meaning too, each hit with its closeness."""
     create_vault(vault_env)
     with library(vault_env) as store:
         save(store, "Allergic to penicillin since childhood", category="profile", tags=["health"])
@@ -378,10 +380,11 @@ def test_search_is_hybrid_with_the_embeddings_plugin(vault_env: dict[str, str], 
         # machine it can take minutes: WARM_WAIT at most, as search_warm waits.
         deadline = time.monotonic() + WARM_WAIT
         page = ui.request("GET", query, headers=session)[2]
-        while not ('id="ranking">hybrid<' in page and WARMING not in page) and time.monotonic() < deadline:
+        hybrid = 'data-ranking="hybrid">by words and meaning<'
+        while not (hybrid in page and WARMING not in page) and time.monotonic() < deadline:
             time.sleep(0.5)
             page = ui.request("GET", query, headers=session)[2]
-        assert 'id="ranking">hybrid<' in page and WARMING not in page
+        assert hybrid in page and WARMING not in page
         first = page.index('<li class="card"')
         assert "penicillin" in page[first : first + 600]
-        assert re.search(r'class="semantic">-?\d\.\d{3}<', page)
+        assert re.search(r'meaning <b class="semantic">-?\d\.\d{2}<', page)

@@ -12,6 +12,8 @@
   far, at once; while the warm-up is not done, the answer's note says how far it is
   and about how long it still needs. A runtime failure answers None (lexical), says
   so once, and the session stays lexical.
+- `similar_memories`: embeds a memory just saved and names those whose vectors are
+  close to it (ranker.DUPLICATE_COSINE), for save_memory's possible duplicates.
 - `shutdown`: stops the warm-up after its batch in progress and writes the vector file
   if it changed (while running, a thread of the plugin's own writes it, so no search
   waits for the disk).
@@ -119,6 +121,13 @@ class EmbeddingsHooks:
         if self.hybrid is None:
             return None
         return self.hybrid.rank(query, candidates, total, options)
+
+    @hookimpl
+    def similar_memories(self, memory: Revision, limit: int) -> list[tuple[str, float]] | None:
+        """The memories close in meaning to one just saved; None (words alone) when off or failed."""
+        if self.hybrid is None:
+            return None
+        return self.hybrid.similar(memory, limit)
 
     @hookimpl
     def shutdown(self) -> None:

@@ -35,10 +35,14 @@ from squirrel_mcp.plugin_api import (
     rank_by_words,
 )
 from squirrel_mcp_embeddings import fusion, vectors
-from squirrel_mcp_embeddings.warmup import WarmUp
+from squirrel_mcp_embeddings.warmup import WarmUp, recipe
 
 # Of a search's word matches still without a vector, this many are embedded next.
 URGENT = 64
+# Two memories this close in meaning (the cosine of their vectors) may say the same thing.
+# On the written pairs of docs/benchmarks/duplicates.md: precision 0.98 and recall 0.93 by
+# meaning alone, where 0.7 flags more that are not and 0.8 misses more that are.
+DUPLICATE_COSINE = 0.75
 # A search that finds the vectors busy (another search ranking, the file being copied) waits this
 # long, then answers by words, saying so: waiting longer could pass the host's 10 s bound on a ranker.
 LOCK_WAIT = 1.0
@@ -85,6 +89,43 @@ class Hybrid(WarmUp):
             vector = self._embedder.embed([query])[0]
             values = self._cosines(vector)
             return {memory_id: float(value) for memory_id, value in zip(self.table.ids, values, strict=True)}
+
+    def similar(self, memory: Revision, limit: int) -> list[tuple[str, float]] | None:
+        """The other memories DUPLICATE_COSINE or closer to `memory` in meaning, closest first.
+
+        `memory` is embedded here: its own vector may not be made yet. Only memories with
+        a current vector count. None (words alone) after a runtime failure, or with the
+        vectors busy for LOCK_WAIT.
+        """
+        if self.failed or not self._lock.acquire(timeout=LOCK_WAIT):
+            return None
+        try:
+            if self._closed:
+                return None
+            try:
+                vector = self._embedder.embed([recipe(memory)])[0]
+            except Exception:
+                found = None
+            else:
+                found = self._close_to(vector, memory.id, limit)
+        finally:
+            self._lock.release()
+        if found is None:
+            self._runtime_failed()
+        return found
+
+    def _close_to(self, vector: vectors.Matrix, own: str, limit: int) -> list[tuple[str, float]]:
+        """Up to `limit` memories but `own` whose vector is DUPLICATE_COSINE or closer. Under the lock."""
+        cosines = self._cosines(vector)
+        close = np.flatnonzero(cosines >= DUPLICATE_COSINE)
+        found = []
+        for n in close[np.argsort(-cosines[close], kind="stable")].tolist():
+            memory_id = self.table.ids[n]
+            # Through the reader, as the server checks: a memory gone since must not be named.
+            other = self._memories.get(memory_id)
+            if memory_id != own and other is not None and other.revision == self.table.revisions[n]:
+                found.append((memory_id, float(cosines[n])))
+        return found[:limit]
 
     # Ranking ------------------------------------------------------------------
 

@@ -14,7 +14,11 @@ out of stderr; one that says something is wrong is printed.
 sees all their memories, where an agent sees its session's project and those with
 none. `--project NAME` is the tools' `project` argument: a name reads that project
 and the memories with none, "" only those with none, "*" every project. `show`
-takes an id, which names one memory whatever its project.
+takes an id, which names one memory whatever its project, or its first 6 digits or
+more when no other memory's id begins with them (as git takes a commit's).
+
+On a terminal a line is cut to its width, with "…" where text was left out; piped
+or redirected, every line is whole, so what a script reads is everything.
 """
 
 from __future__ import annotations
@@ -49,8 +53,12 @@ PLUGIN_START_TIMEOUT = 120.0
 READY_POLL = 0.25
 # How a plugin's notice that all is well ends ("memory: local embeddings ready"); search leaves it out.
 READY_SUFFIX = " ready"
-# The width a line is cut to when the output is not a terminal.
+# The width a terminal is taken to have when it does not say.
 DEFAULT_WIDTH = 100
+# The fewest digits of an id `show` takes for the whole id, as git takes a commit's.
+SHORTEST_PREFIX = 6
+ID_DIGITS = 16
+HEX_DIGITS = frozenset("0123456789abcdef")
 # How much of a project's name a list line gives it: its end, where a path or a remote differs.
 LISTED_PROJECT_WIDTH = 40
 
@@ -75,7 +83,11 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     listed.add_argument("--offset", type=int, help="how many to skip (paging; default 0)")
     listed.add_argument("--limit", type=int, help="page size (1-100; default 20)")
     show = commands.add_parser("show", help="one memory with its whole history")
-    show.add_argument("id", help="the memory's id (16 hex digits), as search and list print it")
+    show.add_argument(
+        "id",
+        help=f"the memory's id (16 hex digits), as search and list print it, or its first "
+        f"{SHORTEST_PREFIX} or more when no other id begins with them",
+    )
     for command in (search, listed, show):
         command.add_argument("--json", action="store_true", help="print the tool's JSON output instead")
 
@@ -148,6 +160,8 @@ def call_tool(
 def run(config: Config, pm: pluggy.PluginManager, args: argparse.Namespace, store: MemoryStore) -> int:
     """Run `search`, `list` or `show` on an unlocked store; print the answer; the exit status."""
     name, arguments = tool_arguments(args)
+    if name == "get_memory":
+        arguments["id"] = whole_id(store, args.id)
     host = PluginHost(pm, notice=unless_ready)
     if name == "search_memory":
         # The tool checks the arguments first, ranking by words only: a query it refuses
@@ -171,6 +185,32 @@ def run(config: Config, pm: pluggy.PluginManager, args: argparse.Namespace, stor
     else:
         print(render(name, output, _width()))
     return 0
+
+
+def whole_id(store: MemoryStore, given: str) -> str:
+    """The id `given` names: itself when whole, else the one id it begins; ToolRefused otherwise.
+
+    Deleted memories count too (`show` shows them). What is given is said back only
+    once it is known to be hex digits: anything else may be something else pasted.
+    """
+    digits = given.lower()
+    if not (SHORTEST_PREFIX <= len(digits) <= ID_DIGITS and set(digits) <= HEX_DIGITS):
+        raise ToolRefused(
+            f"an id is {ID_DIGITS} hex digits (0-9 and a-f), as list and search print it; its first "
+            f"{SHORTEST_PREFIX} or more are enough when no other memory's id begins with them"
+        )
+    if len(digits) == ID_DIGITS:
+        return digits
+    every = store.current(include_deleted=True)
+    found = sorted(memory.id for memory in every if memory.id.startswith(digits))
+    if not found:
+        raise ToolRefused(f"no memory has an id beginning with '{digits}'")
+    if len(found) > 1:
+        raise ToolRefused(
+            f"'{digits}' is the beginning of {len(found)} memories' ids ({', '.join(found)}); "
+            "give more of the id"
+        )
+    return found[0]
 
 
 def unless_ready(line: str) -> None:
@@ -207,8 +247,11 @@ def wait_until_prepared(store: MemoryStore, host: PluginHost, query: str) -> Non
             time.sleep(READY_POLL)
 
 
-def render(name: str, output: dict[str, Any], width: int) -> str:
-    """The tool's output for reading, through the tool's own output model."""
+def render(name: str, output: dict[str, Any], width: int | None) -> str:
+    """The tool's output for reading, through the tool's own output model.
+
+    `width`: the terminal's, which lines are cut or wrapped to; None (not a terminal): lines are whole.
+    """
     if name == "search_memory":
         return render_search(SearchResult.model_validate(output), width)
     if name == "list_memories":
@@ -216,14 +259,20 @@ def render(name: str, output: dict[str, Any], width: int) -> str:
     return render_show(GetResult.model_validate(output), width)
 
 
-def _width() -> int:
-    return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns if sys.stdout.isatty() else DEFAULT_WIDTH
+def _width() -> int | None:
+    """The terminal's width; None when the output is piped or redirected (nothing is cut)."""
+    return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns if sys.stdout.isatty() else None
 
 
-def _one_line(text: str, width: int) -> str:
+def _one_line(text: str, width: int | None) -> str:
     """`text` on one line (line breaks shown as ⏎), cut to `width` characters with an ellipsis."""
     flat = " ⏎ ".join(part.strip() for part in text.splitlines() if part.strip())
-    return flat if len(flat) <= width else flat[: max(1, width - 1)] + "…"
+    return flat if width is None or len(flat) <= width else flat[: max(1, width - 1)] + "…"
+
+
+def _rest(width: int | None, head: str) -> int | None:
+    """What is left of a line of `width` after `head` (at least 20); None for a whole line."""
+    return None if width is None else max(20, width - len(head))
 
 
 def project_label(project: str | None, width: int | None = None) -> str:
@@ -242,14 +291,17 @@ def _labels(tags: list[str]) -> str:
     return f"  [{', '.join(tags)}]" if tags else ""
 
 
-def _indented(text: str, width: int) -> str:
+def _indented(text: str, width: int | None) -> str:
     lines = []
     for paragraph in text.splitlines() or [""]:
-        lines += textwrap.wrap(paragraph, max(20, width - 4)) or [""]
+        if width is None:
+            lines.append(paragraph)
+        else:
+            lines += textwrap.wrap(paragraph, max(20, width - 4)) or [""]
     return "\n".join(f"    {line}" for line in lines)
 
 
-def render_search(result: SearchResult, width: int) -> str:
+def render_search(result: SearchResult, width: int | None) -> str:
     """A short block per hit (id, entity, category, scores; the text), then how many matched."""
     blocks = []
     for hit in result.results:
@@ -266,15 +318,15 @@ def render_search(result: SearchResult, width: int) -> str:
     return "\n\n".join([*blocks, footer])
 
 
-def render_list(result: ListResult, width: int) -> str:
+def render_list(result: ListResult, width: int | None) -> str:
     """One memory per line: id, date of its last change, category, project, entity and text; then the page."""
     lines = []
     for memory in result.memories:
         deleted = " (deleted)" if memory.deleted else ""
-        where = project_label(memory.project, LISTED_PROJECT_WIDTH)
+        where = project_label(memory.project, None if width is None else LISTED_PROJECT_WIDTH)
         head = f"{memory.id}  {memory.updatedAt[:10]}  {memory.category:<10}  {where} · "
         rest = f"{memory.entity}: {memory.text}{_labels(memory.tags)}{deleted}"
-        lines.append(head + _one_line(rest, max(20, width - len(head))))
+        lines.append(head + _one_line(rest, _rest(width, head)))
     shown, offset = len(result.memories), result.offset
     if shown:
         more = f"; --offset {offset + shown} for more" if offset + shown < result.total else ""
@@ -325,7 +377,7 @@ def _what_changed(revision: RevisionView, before: RevisionView | None) -> str:
     return " · ".join(parts)
 
 
-def render_show(result: GetResult, width: int) -> str:
+def render_show(result: GetResult, width: int | None) -> str:
     """The memory's fields and text, then its history: one revision per line, oldest first.
 
     Each line after the first says which fields its revision changed and why, when a reason was given.
@@ -336,7 +388,7 @@ def render_show(result: GetResult, width: int) -> str:
     for revision in result.history or []:
         head = f"  {revision.revision:>3}  {revision.updatedAt[:19]}  {revision.change:<9}  "
         follows = before if before is not None and before.revision == revision.revision - 1 else None
-        lines.append(head + _one_line(_what_changed(revision, follows), max(20, width - len(head))))
+        lines.append(head + _one_line(_what_changed(revision, follows), _rest(width, head)))
         before = revision
     if result.note:
         lines += ["", result.note]

@@ -90,6 +90,27 @@ def rank_memories(
     """
 
 
+@hookspec(firstresult=True)
+def similar_memories(memory: Revision, limit: int) -> list[tuple[str, float]] | None:
+    """Called when save_memory (or the page's add form) has stored a new memory.
+
+    Exists so a plugin can name the memories the new one may repeat in other words
+    (by meaning), besides those whose texts share most of its words. Stops at the
+    first non-None result. It is not waited for: a plugin whose `startup` has not
+    returned is not asked.
+
+    - `memory`: the memory just saved (its latest revision).
+    - `limit`: the most memories to name.
+
+    Return (memory id, closeness) pairs, closest first: other live memories the plugin
+    finds close enough to be duplicates by its own measure, and closeness a cosine
+    similarity (-1 to 1). [] names none; None leaves it to words. An answer that
+    raises, names an unknown or deleted id or the memory itself, holds a closeness
+    that is not finite or more than `limit` pairs, or takes more than 10 s is not
+    used: the plugin is set aside for the session, with one line on stderr.
+    """
+
+
 @hookspec
 def memories_changed(revisions: Sequence[Revision]) -> None:
     """Called after memories were saved, corrected, deleted, restored or imported.

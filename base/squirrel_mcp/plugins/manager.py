@@ -320,14 +320,16 @@ class PluginHost:
             for impl in self.pm.hook.rank_memories.get_hookimpls()
         )
 
-    def _bounded(self, name: str, kwargs: dict[str, object]) -> tuple[object, str | None]:
-        """One plugin's rank_memories answer, or why there is none: it raised or was too slow."""
+    def _bounded(
+        self, name: str, kwargs: dict[str, object], hook: str = "rank_memories"
+    ) -> tuple[object, str | None]:
+        """One plugin's answer to `hook`, or why there is none: it raised or was too slow."""
         outcome: list[tuple[object, str | None]] = []
         done = threading.Event()
 
         def run() -> None:
             try:
-                outcome.append((one_plugin_caller(self.pm, "rank_memories", name)(**kwargs), None))
+                outcome.append((one_plugin_caller(self.pm, hook, name)(**kwargs), None))
             except Exception as error:
                 outcome.append((None, type(error).__name__))
             finally:
@@ -382,3 +384,45 @@ class PluginHost:
             elif isinstance(answer, Ranking):
                 return answer
         raise RuntimeError("the default lexical ranker is not registered")
+
+    def similar(
+        self, memory: Revision, limit: int, lookup: Callable[[str], Revision | None]
+    ) -> list[tuple[Revision, float]]:
+        """The memories a started plugin finds close in meaning to `memory` (similar_memories), closest first.
+
+        `lookup` gives a live memory by id (None: unknown or deleted). A plugin still
+        starting is not waited for; one whose answer breaks the hook's rules is set aside.
+        """
+        kwargs: dict[str, object] = {"memory": memory, "limit": limit}
+        for impl in self.pm.hook.similar_memories.get_hookimpls():
+            name = impl.plugin_name
+            if name in self._set_aside or name not in self._started:
+                continue
+            answer, failure = self._bounded(name, kwargs, "similar_memories")
+            if failure is None and answer is not None:
+                found, failure = _similar(answer, memory, limit, lookup)
+                if failure is None:
+                    return found
+            if failure is not None:
+                self._fail(name, "similar_memories", failure)
+        return []
+
+
+def _similar(
+    answer: object, memory: Revision, limit: int, lookup: Callable[[str], Revision | None]
+) -> tuple[list[tuple[Revision, float]], str | None]:
+    """A similar_memories answer as memories with their closeness; or why it breaks the hook's rules."""
+    if not isinstance(answer, list) or len(answer) > limit:
+        return [], "returned more than the limit, or not a list"
+    found = []
+    for pair in answer:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[1], float)):
+            return [], "returned something other than (id, closeness) pairs"
+        memory_id, closeness = pair
+        other = lookup(memory_id) if isinstance(memory_id, str) and memory_id != memory.id else None
+        if other is None:
+            return [], "named an unknown id, a deleted memory or the memory itself"
+        if not -1.0 <= closeness <= 1.0:
+            return [], "returned a closeness outside -1 to 1"
+        found.append((other, closeness))
+    return found, None

@@ -21,16 +21,14 @@ import heapq
 import itertools
 import math
 import operator
-from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 from squirrel_mcp.core.models import Revision, parse_iso
-from squirrel_mcp.search.index import HALF, SECONDS_PER_DAY, SearchIndex, memory_terms, recency
+from squirrel_mcp.search.index import HALF, SECONDS_PER_DAY, SearchIndex, recency
 from squirrel_mcp.search.ranking import Candidate
-from squirrel_mcp.text.stopwords import STOPWORDS
 from squirrel_mcp.text.tokens import (
     QueryWord,
     content_words,
@@ -389,38 +387,3 @@ def _revision(index: SearchIndex, doc: int) -> Revision:
     memory = index.docs[doc]
     assert memory is not None, "postings only hold live documents"
     return memory
-
-
-def likely_duplicates(
-    index: SearchIndex, new: Revision, limit: int = 3, keep: Callable[[Revision], bool] | None = None
-) -> list[Candidate]:
-    """Other memories that say much the same as `new`: at least half their content words shared.
-
-    Each comes with that share (Jaccard overlap of content words) as both its scores.
-    `new` must already be in the index (the store indexes every saved revision). `keep`:
-    only memories it keeps (those the saver may see: its projects).
-    """
-    words = memory_terms(new)[0].keys() - STOPWORDS
-    with index.lock:
-        own = index.number(new.id)
-        assert own is not None, "the store indexes every saved revision"
-        # An overlap of 1/2 needs at least half of `words` shared, so a duplicate holds one
-        # of the len // 2 + 1 rarest (prefix filtering, Chaudhuri, Ganti & Kaushik, 2006):
-        # the common words ("user") then never make every memory a candidate.
-        rarest = sorted(words, key=lambda term: (len(index.postings[term]), term))[: len(words) // 2 + 1]
-        candidates: set[int] = set().union(*(index.postings[term].docs for term in rarest))
-        candidates.discard(own)
-        # How many of `words` each candidate holds in full (its content words are its full terms).
-        shared: Counter[int] = Counter()
-        for term in words:
-            held = _holding(index, term, [term], candidates)
-            shared.update(doc for doc, level in held.items() if level == 1.0)
-        found = []
-        for doc, count in shared.items():
-            overlap = count / (len(words) + index.content_count(doc) - count)
-            if overlap >= 0.5:
-                memory = _revision(index, doc)
-                if keep is None or keep(memory):
-                    found.append(Candidate(memory, overlap, overlap))
-    found.sort(key=lambda hit: (-hit.score, hit.memory.id))
-    return found[:limit]

@@ -53,8 +53,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from squirrel_mcp.core.models import HALF_LIFE_DAYS, Revision, parse_iso
-from squirrel_mcp.text.stopwords import STOPWORDS
-from squirrel_mcp.text.tokens import begins_with, document_terms
+from squirrel_mcp.text.tokens import begins_with, document_terms, text_content
 
 # The entity, tags and keywords are labels chosen so the memory is found again;
 # a word there says more about what the memory is about than the same word said
@@ -158,7 +157,7 @@ class IndexImage:
     - `terms`: every term, sorted; `sizes`: how many documents each one's posting holds;
     - `docs`, `weights`: every posting's two arrays end to end, in the order of `terms`;
     - `partial`: the terms some documents hold only at half, and those documents;
-    - `categories`, `content`: each document's category code and count of content terms.
+    - `categories`, `content`: each document's category code and count of its text's content words.
     """
 
     epoch: float
@@ -280,7 +279,7 @@ class SearchIndex:
             return self._numbers.get(memory_id)
 
     def content_count(self, doc: int) -> int:
-        """How many distinct content terms (full terms that are not stopwords) document `doc` has."""
+        """How many content words (`text_content`) document `doc`'s text has."""
         return self._content[doc]
 
     def add(self, memory: Revision) -> None:
@@ -312,7 +311,7 @@ class SearchIndex:
                 self.partial.setdefault(term, set()).add(doc)
             self.docs.append(memory)
             self.categories.append(_CATEGORY_CODES[memory.category])
-            self._content.append(len(full.keys() - STOPWORDS))
+            self._content.append(len(text_content(memory.text)))
             self._numbers[memory.id] = doc
             if self._projects is not None:
                 self._projects.setdefault(memory.project, set()).add(doc)

@@ -25,13 +25,18 @@ class _DropNone(BaseModel):
     _keep: ClassVar[frozenset[str]] = frozenset()
 
 
-class DuplicateHint(BaseModel):
+class DuplicateHint(_DropNone):
     """A memory the new one may repeat."""
 
     id: str
     entity: str
     text: str
-    overlap: float = Field(description="Share of words the two memories have in common, 0-1.")
+    overlap: float = Field(description="Share of the shorter text's words the other text holds, 0-1.")
+    meaning: float | None = Field(
+        default=None,
+        description="Closeness in meaning (cosine similarity, -1 to 1); present only when a plugin "
+        "that searches by meaning named this memory.",
+    )
 
 
 class SaveResult(_DropNone):

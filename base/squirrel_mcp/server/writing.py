@@ -25,8 +25,7 @@ from squirrel_mcp.core.models import (
     Revision,
     Tags,
 )
-from squirrel_mcp.search import bm25
-from squirrel_mcp.search.ranking import Candidate
+from squirrel_mcp.search import duplicates
 from squirrel_mcp.server.results import ChangeResult, DuplicateHint, SaveResult
 from squirrel_mcp.server.tools import (
     CategoryArg,
@@ -39,11 +38,14 @@ from squirrel_mcp.server.tools import (
     session_project,
 )
 
+# The most memories a save names as possible duplicates.
+LIMIT = 3
 # The categories that hold everywhere unless a save says otherwise: who the user is, what they like.
 EVERYWHERE = frozenset({"profile", "preference"})
 
 if TYPE_CHECKING:
     from squirrel_mcp.book.memories import MemoryStore
+    from squirrel_mcp.plugins.manager import PluginHost
 
 
 def save_with_duplicates(
@@ -56,22 +58,31 @@ def save_with_duplicates(
     keywords: list[str],
     project: str | None = None,
     seen: frozenset[str | None] | None = None,
-) -> tuple[Revision, bool, list[Candidate]]:
+    host: PluginHost | None = None,
+) -> tuple[Revision, bool, list[duplicates.Duplicate]]:
     """Save as save_memory does: (the memory, whether it was written, the memories it may duplicate).
 
     The fields must have passed save_memory's rules. A memory identical to a stored
     live one writes nothing and is that one (with no duplicates listed); otherwise
-    the duplicates are those `bm25.likely_duplicates` finds among the projects `seen`
-    (None: every project). The page's add form saves through here too, so both follow
-    one set of rules.
+    the duplicates are those `duplicates.likely_duplicates` finds among the projects `seen`
+    (None: every project), then those `host`'s plugins find close in meaning. The page's
+    add form saves through here too, so both follow one set of rules.
     """
     saved, written = store.save_once(
         entity=entity, text=text, category=category, tags=tags, keywords=keywords, project=project
     )
     if not written:
         return saved, False, []
-    keep = None if seen is None else (lambda memory: memory.project in seen)
-    return saved, True, bm25.likely_duplicates(store.index, saved, keep=keep)
+
+    def keep(memory: Revision) -> bool:
+        return seen is None or memory.project in seen
+
+    by_words = duplicates.likely_duplicates(store.index, saved, keep=keep)
+    by_meaning = [] if host is None else host.similar(saved, LIMIT, store.live)
+    found = duplicates.with_meaning(
+        saved, by_words, [(m, value) for m, value in by_meaning if keep(m)], LIMIT
+    )
+    return saved, True, found
 
 
 def save_memory(
@@ -123,6 +134,7 @@ def save_memory(
             project=belongs,
             # Another project's memories are never shown to this session, not even as a hint.
             seen=frozenset({belongs, session_project.get(), None}),
+            host=context.plugins,
         )
     if not written:
         return SaveResult(
@@ -135,7 +147,11 @@ def save_memory(
         memory=saved.memory(),
         possibleDuplicates=[
             DuplicateHint(
-                id=d.memory.id, entity=d.memory.entity, text=d.memory.text, overlap=round(d.score, 3)
+                id=d.memory.id,
+                entity=d.memory.entity,
+                text=d.memory.text,
+                overlap=round(d.overlap, 3),
+                meaning=None if d.meaning is None else round(d.meaning, 3),
             )
             for d in duplicates
         ],

@@ -288,3 +288,12 @@ def query_words(query: str) -> list[QueryWord]:
 def content_words(words: list[QueryWord]) -> list[QueryWord]:
     """The words that are not stopwords (none when every one is)."""
     return [word for word in words if not word.stopword]
+
+
+@functools.lru_cache(maxsize=4096)
+def text_content(text: str) -> frozenset[str]:
+    """The content words of a memory's text: its distinct full terms that are not stopwords.
+
+    Cached: a memory's text is read again when it is compared with a new one (duplicates).
+    """
+    return frozenset(document_terms(text).full) - STOPWORDS

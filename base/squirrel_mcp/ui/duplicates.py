@@ -1,9 +1,11 @@
 """The duplicates page: groups of live memories that may say the same thing.
 
 Two memories are duplicates here exactly when save_memory would name one as a
-possible duplicate of the other (`bm25.likely_duplicates`: at least half their
-content words shared). A group is every memory linked to another by that, one
-after the other (A like B, B like C: one group), so each memory is in one group.
+possible duplicate of the other by words (`squirrel_mcp.search.duplicates`: more
+than half the words of the shorter one's text shared); those a plugin names by
+meaning when one is saved are not grouped here. A group is every memory linked to
+another by that, one after the other (A like B, B like C: one group), so each
+memory is in one group.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from datetime import datetime
 
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.core.models import Revision
-from squirrel_mcp.search import bm25
+from squirrel_mcp.search.duplicates import likely_duplicates
 from squirrel_mcp.ui.bulk_page import bulk_bar
 from squirrel_mcp.ui.cards import memory_card
 from squirrel_mcp.ui.html import Html, html, join
@@ -41,7 +43,8 @@ def groups(store: MemoryStore) -> list[list[Revision]]:
         with index.lock:
             if index.number(memory.id) is None:
                 continue
-            hits = bm25.likely_duplicates(index, memory, limit=len(live))
+            # Every pair is found from its shorter memory, so each looks only at longer ones.
+            hits = likely_duplicates(index, memory, limit=len(live), longer_only=True)
         for hit in hits:
             if hit.memory.id in parent:
                 parent[root(hit.memory.id)] = root(memory.id)
@@ -60,7 +63,7 @@ def duplicates_page(found: Sequence[Sequence[Revision]], *, now: datetime, proje
     """
     if not found:
         body = Html(
-            '<p class="empty" id="no-duplicates">No duplicates: no two memories share half their words.</p>'
+            '<p class="empty" id="no-duplicates">No duplicates: no two memories say much the same.</p>'
         )
     else:
         body = join(

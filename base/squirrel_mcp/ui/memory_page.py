@@ -51,6 +51,9 @@ class MemoryView:
     projects: Sequence[str] = ()
 
 
+# How long a memory page's heading may be: about a line; the whole text follows it.
+HEADLINE = 80
+
 # The fields a history compares: those a correction form changes, and the project a move changes.
 HISTORY_FIELDS = (*FIELDS, "project")
 
@@ -239,11 +242,29 @@ def _similar(view: MemoryView) -> Html:
         return Html("")
     return html(
         '<section class="similar" id="similar"><h2>May say the same</h2>'
-        "<p>These share at least half their words with this memory. If one says the same thing, "
+        "<p>Their texts share most of their words with this one's. If one says the same thing, "
         'keep one: correct it, and delete the other. <a href="/duplicates">All duplicates</a></p>'
         '<ul class="cards">{cards}</ul></section>',
         cards=join(memory_card(m, deleted=False, now=view.now) for m in view.similar),
     )
+
+
+def headline(text: str) -> str:
+    """A memory's text as its page's heading: on one line, cut after a word with "…" past HEADLINE."""
+    flat = " ".join(text.split())
+    if len(flat) <= HEADLINE:
+        return flat
+    cut = flat[: HEADLINE - 1]
+    # At the last space, unless that would leave too little: a long word is cut where it falls.
+    space = cut.rfind(" ")
+    return (cut[:space] if space > HEADLINE // 2 else cut).rstrip(" ,;:.") + "…"
+
+
+def _heading(text: str) -> Html:
+    """The page's heading: the text itself when it is short, else its headline above the whole text."""
+    if headline(text) == text:
+        return html('<h1 class="text" id="text">{text}</h1>', text=text)
+    return html('<h1>{title}</h1><p class="text" id="text">{text}</p>', title=headline(text), text=text)
 
 
 def memory_page(view: MemoryView) -> Html:
@@ -253,8 +274,8 @@ def memory_page(view: MemoryView) -> Html:
     problems = view.outcome.problems if view.outcome is not None else ()
     return html(
         '<article class="memory" id="memory" data-id="{id}" data-revision="{revision}">'
-        "{notice}{warnings}<h1>{title}</h1>"
-        '<p class="text" id="text">{text}</p><p class="meta">{entity} {labels}</p>'
+        "{notice}{warnings}{heading}"
+        '<p class="meta">{entity} {labels}</p>'
         '<p class="meta">id {id} · revision <b id="revision">{revision}</b> · created {created} · '
         'changed {updated}</p>{problems}{conflict}<div class="forms">{forms}</div>'
         "{similar}<h2>History</h2>{history}</article>",
@@ -262,8 +283,7 @@ def memory_page(view: MemoryView) -> Html:
         revision=latest.revision,
         notice=notice,
         warnings=_warnings(view),
-        title=latest.entity,
-        text=latest.text,
+        heading=_heading(latest.text),
         entity=entity_link(latest.entity),
         labels=labels(latest, deleted=latest.deleted),
         created=moment(latest.createdAt, view.now),

@@ -208,18 +208,29 @@ def list_page(
     )
 
 
+# How a search's hits were found, in a person's words, by the answer's ranking.
+FOUND_BY = {"lexical": "by words", "hybrid": "by words and meaning"}
+
+
 def _scores(hit: SearchHit) -> Html:
-    semantic = "none (no semantic ranker)" if hit.semanticScore is None else f"{hit.semanticScore:.3f}"
+    """What a hit was found by: the share of the query's words it holds, its closeness in meaning.
+
+    The meaning is left out when no ranker measured it (search by words alone).
+    """
     near = Html('<span class="badge near">near miss: check it</span> ') if hit.nearMiss else Html("")
+    meaning = (
+        Html("")
+        if hit.semanticScore is None
+        else html(' · meaning <b class="semantic">{semantic}</b>', semantic=f"{hit.semanticScore:.2f}")
+    )
     # score is what orders the hits; the other two are what it was made from.
     return html(
-        '<p class="scores">{near}score <b class="score">{score}</b> · '
-        'lexicalScore <b class="lexical">{lexical}</b> · '
-        'semanticScore <b class="semantic">{semantic}</b></p>',
+        '<p class="scores">{near}matched words <b class="lexical">{lexical}</b>{meaning} · '
+        'score <b class="score">{score}</b></p>',
         near=near,
+        lexical=f"{hit.lexicalScore:.0%}",
+        meaning=meaning,
         score=Html(f"{hit.score:.3f}"),
-        lexical=Html(f"{hit.lexicalScore:.3f}"),
-        semantic=semantic,
     )
 
 
@@ -252,7 +263,7 @@ def search_page(
     now: datetime,
     projects: ProjectCounts,
 ) -> Html:
-    """A search's results in rank order, each with its score and the lexical and semantic ones.
+    """A search's results in rank order, each with its score and what it was found by (words, meaning).
 
     `projects`: how many memories each project holds, for the project filter and the move.
     """
@@ -261,9 +272,10 @@ def search_page(
     else:
         note = html('<p class="note">{note}</p>', note=result.note) if result.note else Html("")
         summary = html(
-            '<p class="shown">{total} found · ranking <b id="ranking">{ranking}</b></p>{note}',
+            '<p class="shown">{total} found <b id="ranking" data-ranking="{ranking}">{how}</b></p>{note}',
             total=result.total,
             ranking=result.ranking,
+            how=FOUND_BY[result.ranking],
             note=note,
         )
     hits = result.results if result is not None else []

@@ -15,7 +15,7 @@ from starlette.responses import RedirectResponse, Response
 from squirrel_mcp.book.catalog import Filters
 from squirrel_mcp.book.errors import UnknownMemoryError
 from squirrel_mcp.core.models import HALF_LIFE_DAYS
-from squirrel_mcp.search import bm25
+from squirrel_mcp.search.duplicates import likely_duplicates
 from squirrel_mcp.server.searching import run_search
 from squirrel_mcp.ui import bulk_page, forms, pages
 from squirrel_mcp.ui import duplicates as duplicate_groups
@@ -122,7 +122,7 @@ def show(page: Page, request: Request) -> Response:
     latest = page.store.get(shown_id)
     # The memories save_memory would have named as possible duplicates of this one.
     similar = (
-        [hit.memory for hit in bm25.likely_duplicates(page.store.index, latest)]
+        [hit.memory for hit in likely_duplicates(page.store.index, latest)]
         if page.store.index.number(shown_id) is not None
         else []
     )
@@ -137,7 +137,9 @@ def show(page: Page, request: Request) -> Response:
         similar=similar,
         projects=known(_project_counts(page)),
     )
-    return page.render(latest.entity, memory_page(view))
+    # Titled by its heading, which is its text; the tab's title holds none of it, as browsers
+    # keep titles in their history on disk, where no-store keeps the page itself out of the cache.
+    return page.render("Memory", memory_page(view))
 
 
 def new(page: Page, request: Request) -> Response:
