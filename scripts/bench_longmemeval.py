@@ -127,13 +127,21 @@ def mean_scores(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
 
 
 def run_question(question: Question, scratch: Path, *, keep: bool = False) -> dict[str, Any]:
-    """Both rankings' scores and latencies for one question, in its own vault (kept when `keep`)."""
+    """Both rankings' scores and latencies for one question, in its own vault (kept when `keep`).
+
+    A vault kept by an earlier run is searched again as it is (its turns saved, its vector
+    file there), so a run stopped half-way goes on where it was.
+    """
     import anyio
 
     vault, cache = scratch / f"{question.question_id}.sqlite3", scratch / f"{question.question_id}.cache"
-    init_vault(vault, cache)
+    kept = scratch / f"{question.question_id}.held.json"
     started = time.monotonic()
-    held = anyio.run(save_items, vault, cache, question.turns)
+    if keep and kept.is_file():
+        held = {memory_id: set(keys) for memory_id, keys in json.loads(kept.read_text()).items()}
+    else:
+        init_vault(vault, cache)
+        held = anyio.run(save_items, vault, cache, question.turns)
     saved = time.monotonic() - started
     result: dict[str, Any] = {"type": question.question_type, "scores": {}, "seconds": {}}
     for name, plugins in ((WORDS, False), (HYBRID, True)):
@@ -148,7 +156,7 @@ def run_question(question: Question, scratch: Path, *, keep: bool = False) -> di
         result["seconds"][name] = seconds
         result.setdefault("server", {})[name] = time.monotonic() - began
     if keep:
-        (scratch / f"{question.question_id}.held.json").write_text(
+        kept.write_text(
             json.dumps({memory_id: sorted(keys) for memory_id, keys in held.items()}), encoding="utf-8"
         )
     else:
