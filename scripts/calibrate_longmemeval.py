@@ -26,8 +26,8 @@ from calibrate_floor import numbers, warm
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.storage.local import LocalVault
 
-FLOORS = (0.30, 0.35, 0.40)
-SPANS = (0.03, 0.10, 0.20, 0.35)
+FLOORS = (0.30, 0.32, 0.35, 0.40)
+SPANS = (0.02, 0.03, 0.05, 0.15, 0.35)
 
 
 def kept_rows(kept: Path, question: bench_longmemeval.Question, grid: Sequence[tuple[float, float]]) -> Any:
