@@ -176,19 +176,20 @@ def run_question(question: Question, scratch: Path, *, keep: bool = False) -> di
 
 
 def pick(questions: Sequence[Question], count: int | None) -> list[Question]:
-    """`count` questions taken in turn from each type (each type's in file order), or all of them.
+    """`count` questions stratified by type (each type's first, in file order), or all of them.
 
-    So a quick run keeps every type, as the whole set does, rather than the first few files'.
+    Each type gets its share of `count` in proportion to its questions (the largest
+    remainders take what rounding down leaves), so a quick run weighs the types as the
+    whole set does, not the first few files.
     """
     if count is None or count >= len(questions):
         return list(questions)
-    by_type = [[q for q in questions if q.question_type == kind] for kind in TYPES]
-    chosen: list[Question] = []
-    while len(chosen) < count:
-        for group in by_type:
-            if group and len(chosen) < count:
-                chosen.append(group.pop(0))
-    return chosen
+    by_type = {kind: [q for q in questions if q.question_type == kind] for kind in TYPES}
+    shares = {kind: count * len(group) / len(questions) for kind, group in by_type.items()}
+    taken = {kind: int(share) for kind, share in shares.items()}
+    for kind in sorted(shares, key=lambda kind: taken[kind] - shares[kind])[: count - sum(taken.values())]:
+        taken[kind] += 1
+    return [q for kind in TYPES for q in by_type[kind][: taken[kind]]]
 
 
 # Published figures on LongMemEval_s: (system, what one retrieved item is, measure as named
@@ -302,9 +303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--data", type=Path, default=DATA, help="the directory of LongMemEval's question files"
     )
-    parser.add_argument(
-        "--questions", type=int, help="run only this many questions, taken in turn from each type"
-    )
+    parser.add_argument("--questions", type=int, help="run only this many questions, stratified by type")
+    parser.add_argument("--only", help="question ids to run, separated by commas")
     parser.add_argument("--label", default="Current build", help="the report's heading for this run")
     parser.add_argument("--report", type=Path, default=REPORT, help="where to write the report")
     parser.add_argument(
@@ -317,6 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not files:
         print(f"bench_longmemeval: no LongMemEval questions in {args.data}; skipped", flush=True)
         return 0
+    if args.only:
+        files = [path for path in files if path.stem in args.only.split(",")]
     questions = pick([load(path) for path in files], args.questions)
     command = "python scripts/bench_longmemeval.py" + (
         f" --questions {args.questions}" if args.questions else ""

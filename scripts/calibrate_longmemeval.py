@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,7 +48,7 @@ def kept_rows(kept: Path, question: bench_longmemeval.Question, grid: Sequence[t
                 found = vault.search(question.text, words_only=words_only).results
                 return bench_longmemeval.scores([held.get(hit.id, frozenset()) for hit in found], question)
 
-            rows: dict[Any, dict[str, float]] = {"words only": measured(True)}
+            rows: dict[Any, Any] = {"type": question.question_type, "words only": measured(True)}
             for floor, span in grid:
                 vault.plugin.hybrid.floor, vault.plugin.hybrid.span = floor, span
                 rows[(floor, span)] = measured(False)
@@ -61,7 +62,16 @@ def render(rows: Sequence[dict[Any, dict[str, float]]], grid: Sequence[tuple[flo
     """The grid's table: words only first, then each (floor, span)."""
     measures = bench_longmemeval.MEASURES
     lines = [
-        f"{len(rows)} questions.",
+        "# The floor and span on LongMemEval",
+        "",
+        "Written by scripts/calibrate_longmemeval.py (`python scripts/calibrate_longmemeval.py DIR`",
+        "over the vaults `python scripts/bench_longmemeval.py --keep DIR` kept): each question's vault",
+        "searched in one process through `run_search` (the code behind search_memory) with the real",
+        "plugin and model and the vectors the benchmark's server computed, words only and hybrid at",
+        "each (floor, span) of the grid, limit 10, scored as docs/benchmarks/longmemeval.md says.",
+        f"{len(rows)} questions: "
+        + ", ".join(f"{kind} {count}" for kind, count in sorted(Counter(row["type"] for row in rows).items()))
+        + ".",
         "",
         "| ranking | " + " | ".join(measures) + " |",
         "|---|" + "---:|" * len(measures),

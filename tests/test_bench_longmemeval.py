@@ -104,17 +104,19 @@ def test_nothing_found_and_everything_found(question: bench_longmemeval.Question
     assert late["recall_any@10"] == 0.0
 
 
-def test_means_over_questions_and_a_subset_keeps_every_type(
+def test_means_over_questions_and_a_subset_stratified_by_type(
     question: bench_longmemeval.Question,
 ) -> None:
     rows = [dict.fromkeys(bench_longmemeval.MEASURES, 1.0), dict.fromkeys(bench_longmemeval.MEASURES, 0.0)]
     assert bench_longmemeval.mean_scores(rows) == dict.fromkeys(bench_longmemeval.MEASURES, 0.5)
     assert bench_longmemeval.mean_scores([]) == dict.fromkeys(bench_longmemeval.MEASURES, 0.0)
-    kinds = ["multi-session", "multi-session", "temporal-reasoning", "knowledge-update"]
+    kinds = ["multi-session"] * 4 + ["temporal-reasoning", "knowledge-update"] + ["multi-session"] * 2
     questions = [
         bench_longmemeval.Question(f"q{n}", kind, "?", [], {}, frozenset(), frozenset())
         for n, kind in enumerate(kinds)
     ]
-    chosen = bench_longmemeval.pick(questions, 3)
-    assert [q.question_id for q in chosen] == ["q0", "q3", "q2"]
+    # Each type in proportion to its questions (6 of 8 are multi-session), each type's first.
+    assert [q.question_id for q in bench_longmemeval.pick(questions, 4)] == ["q0", "q1", "q2", "q5"]
+    assert [q.question_id for q in bench_longmemeval.pick(questions, 1)] == ["q0"]
     assert bench_longmemeval.pick(questions, None) == questions
+    assert bench_longmemeval.pick(questions, 20) == questions

@@ -19,7 +19,7 @@ It writes docs/recall.md and fails (exit 1) unless:
 When LoCoMo's conversations are found (SQUIRREL_LOCOMO_DATA, or ../shared/data/locomo
 beside the repository), the report also gives words only and hybrid on them, for
 context; so it does for a few of LongMemEval's questions (SQUIRREL_LONGMEMEVAL_DATA, or
-../shared/data/longmemeval), one of each type in turn; otherwise it says they were skipped.
+../shared/data/longmemeval), stratified by type; otherwise it says they were skipped.
 """
 
 from __future__ import annotations
@@ -197,8 +197,8 @@ def longmemeval_section() -> str:
         "",
         "## LongMemEval",
         "",
-        f"Reported beside the corpus, not gated: {len(questions)} of LongMemEval's questions, one of each",
-        f"type in turn ({', '.join(q.question_type for q in questions)}; read at run time from outside the",
+        f"Reported beside the corpus, not gated: {len(questions)} of LongMemEval's questions, stratified",
+        f"by type ({', '.join(q.question_type for q in questions)}; read at run time from outside the",
         "repository), each its own vault of its haystack's turns (one memory per turn), the question",
         f"searched through `run_search` with limit 10 ({time.monotonic() - began:.0f} s). So few questions",
         "only show that it runs; every question, through the real server, with the method and the",
