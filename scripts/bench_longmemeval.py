@@ -64,8 +64,9 @@ class Question:
     answer_turns: frozenset[str]
 
 
-def question_files(data: Path = DATA) -> list[Path]:
-    """The question files in `data` (by name), none when it is missing."""
+def question_files(data: Path | None = None) -> list[Path]:
+    """The question files in `data` (default: DATA), by name; none when it is missing."""
+    data = DATA if data is None else data
     if not data.is_dir():
         return []
     return sorted(data.glob("*.json"))
