@@ -8,9 +8,9 @@ beside the repository), one JSON file per question; none of it is kept in the re
 
 For each question: a new vault (`squirrel-mcp init`); every turn saved as one memory
 through the server's save_memory over stdio (entity = the role, text = the turn's
-first 4,000 characters); the question searched once with limit 10, first by a server
-with no plugin (words only), then by a server with the embeddings plugin once it has
-embedded every turn (hybrid). The measures, each at 5 and 10 (`scores`): session
+first 4,000 characters, a control character as a space); the question searched once
+with limit 10, first by a server with no plugin (words only), then by a server with the
+embeddings plugin once it has embedded every turn (hybrid). The measures, each at 5 and 10 (`scores`): session
 recall_any, recall_all and frac, and turn hit. The report goes to
 docs/benchmarks/longmemeval.md.
 """
@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import sys
@@ -39,6 +40,8 @@ DATA = Path(os.environ.get("SQUIRREL_LONGMEMEVAL_DATA") or ROOT.parent / "shared
 REPORT = ROOT / "docs" / "benchmarks" / "longmemeval.md"
 # What save_memory keeps of a turn: the server refuses a longer text.
 MAX_TEXT = 4000
+# The control characters save_memory refuses in a text (a few turns hold one): saved as spaces.
+CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 TYPES = (
     "single-session-user",
     "single-session-assistant",
@@ -83,7 +86,7 @@ def load(path: Path) -> Question:
     sessions = zip(data["haystack_session_ids"], data["haystack_sessions"], strict=True)
     for s, (session_id, session) in enumerate(sessions):
         for t, turn in enumerate(session):
-            text = str(turn["content"])[:MAX_TEXT]
+            text = CONTROL.sub(" ", str(turn["content"])[:MAX_TEXT])
             if not text.strip():
                 continue
             key = f"{s}:{t}"
@@ -276,7 +279,8 @@ HEADER = "\n".join(
         "",
         "**Method.** Per question, a new vault; every turn of its haystack saved as one memory through",
         "the server's save_memory over stdio (entity = the role, text = the turn's first 4,000",
-        "characters); the question searched once with limit 10 through search_memory: words only = the",
+        "characters, a control character, which save_memory refuses, as a space; a blank turn left",
+        "out); the question searched once with limit 10 through search_memory: words only = the",
         "server with no plugin; hybrid = the server with squirrel-mcp-embeddings, once it has embedded",
         "every turn. Identical turns of one role are one memory, so a result stands for every turn it",
         "holds. The measures, each over the first k results:",

@@ -32,7 +32,7 @@ HAYSTACK = {
         ],
         [
             {"role": "user", "content": "I bought a second road bike today.", "has_answer": True},
-            {"role": "assistant", "content": "Congratulations on the new bike!"},
+            {"role": "assistant", "content": "Congratulations\x08 on the new bike!"},
             {"role": "user", "content": "   "},
         ],
         [
@@ -57,6 +57,8 @@ def test_a_question_is_read_turn_by_turn_with_its_sessions_and_evidence(
     # A blank turn is not saved (save_memory refuses it); a long one is cut to what the server keeps.
     assert [turn.key for turn in question.turns] == ["0:0", "0:1", "1:0", "1:1", "2:0", "2:1"]
     assert [turn.entity for turn in question.turns[:2]] == ["user", "assistant"]
+    # save_memory refuses a control character: it is saved as a space.
+    assert question.turns[3].text == "Congratulations  on the new bike!"
     assert len(question.turns[-1].text) == bench_longmemeval.MAX_TEXT
     assert question.session_of["2:0"] == "answer_b"
     assert question.answer_sessions == {"answer_a", "answer_b"}
