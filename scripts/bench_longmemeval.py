@@ -329,6 +329,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f" --questions {args.questions}" if args.questions else ""
     )
     if args.keep:
+        command += " --keep DIR"
+    if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
         results = [run_question(question, args.keep, keep=True) for question in questions]
     else:
