@@ -18,6 +18,9 @@
 
 Every session installs from the hashed lock files, then the two distributions
 from this checkout without dependencies, so what runs is exactly what was locked.
+The model is exported once per machine into a cache (model/fetch.py) that every
+session reuses; only recall, reliability and bench rewrite the figures in docs/, and
+`nox -s tests` fails if it changed any file of the working tree.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,6 +54,12 @@ POSTGRES_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".ci"
 CHROMIUM_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".ci", "chromium")
 KEYRING_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".ci", "keyring")
 HAPROXY_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".ci", "haproxy")
+TREE_STATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "tree_state.py")
+# model/fetch.py --cached-only's exit status when the cache has no checked export.
+FETCH_NOT_CACHED = 3
+# Set by the sessions that exist to measure: only they rewrite the figures in docs/
+# (scripts/figure_pages.py); a test run writes its pages under build/.
+PUBLISH_FIGURES = {"SQUIRREL_WRITE_FIGURES": "1"}
 
 
 def install_project(session: nox.Session, *locks: str) -> None:
@@ -59,8 +69,23 @@ def install_project(session: nox.Session, *locks: str) -> None:
     session.install("--no-deps", "--no-build-isolation", ".", "./embeddings_plugin")
 
 
-def fetch_model_files(session: nox.Session, *args: str) -> None:
-    """Install the fetch step's tools and run it: the model's checked files land in the plugin."""
+def fetch_model_files(session: nox.Session, *args: str, with_torch: bool = False) -> None:
+    """The model's checked files into the plugin, from this machine's export cache when it has them.
+
+    The export (torch, transformers: over a gigabyte of environment) runs once per machine:
+    `model/fetch.py --cached-only` needs nothing but Python and copies a checked export from
+    the cache; only when the cache has none are the export's tools installed and the export
+    made (and cached). `with_torch` installs them in any case (the tests session's reference
+    check computes vectors in torch).
+    """
+    if not with_torch:
+        python = shutil.which("python", path=session.bin)
+        cached = subprocess.run([python or "python", "model/fetch.py", "--cached-only", *args], check=False)
+        if cached.returncode == 0:
+            return
+        if cached.returncode != FETCH_NOT_CACHED:
+            session.error("model/fetch.py refused the model (see above)")
+        session.log("no checked export in the cache yet: installing torch to export the model once")
     session.install("--require-hashes", "-r", "requirements/fetch.txt")
     # torch is pinned by version, not hash: this machine's disk holds its CPU build
     # (2.13.0+cpu), which a hash lock resolved against the index cannot name, and the
@@ -110,11 +135,17 @@ def postgres_for_tests(session: nox.Session) -> Iterator[None]:
 def system_packages_installing() -> Iterator[None]:
     """Debian's chromium, GNOME Keyring, PostgreSQL and haproxy installed (where missing) meanwhile.
 
+    As root only, with apt-get; SQUIRREL_TEST_SYSTEM_PACKAGES=0 installs nothing (the tests
+    that need a missing one then skip, saying so, unless .ci/run's *_REQUIRED makes it an error).
+
     apt and pip share nothing, so the minute apt takes overlaps the Python set-up. This only
     installs: chromium_for_tests, keyring_for_tests and postgres_for_tests afterwards check them as
     always (and say what is wrong if this failed); the load test checks haproxy itself. Its output
     goes to build/system-packages.log.
     """
+    if os.environ.get("SQUIRREL_TEST_SYSTEM_PACKAGES") == "0":
+        yield  # the checks afterwards say what is missing; those tests skip
+        return
     log_path = Path("build") / "system-packages.log"
     log_path.parent.mkdir(exist_ok=True)
     with log_path.open("wb") as log:
@@ -161,10 +192,18 @@ def keyring_for_tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Lint, type-check and run every test (the model is fetched first, so its tests run)."""
+    """Lint, type-check and run every test (the model is fetched first, so its tests run).
+
+    Ends by checking that the run left the working tree as it found it (scripts/tree_state.py).
+    """
+    tree_before = subprocess.run(
+        [sys.executable, TREE_STATE, "snapshot"], stdout=subprocess.PIPE, text=True, check=True
+    ).stdout
     with system_packages_installing():
         session.install("--require-hashes", "-r", "requirements/dev.txt")
-        fetch_model_files(session)
+        # torch only where the reference check must run (SQUIRREL_TEST_TORCH_REQUIRED=1, set by
+        # .ci/run) or the cache has no export yet; elsewhere that one test skips, saying so.
+        fetch_model_files(session, with_torch=os.environ.get("SQUIRREL_TEST_TORCH_REQUIRED") == "1")
         install_project(session)
         run_lint(session)
     chromium_for_tests(session)
@@ -185,6 +224,9 @@ def tests(session: nox.Session) -> None:
                 env={"SQUIRREL_TEST_SHARED": "0"},
             )
         session.run("pytest", *side_by_side, "--durations=30", *session.posargs)
+    left = subprocess.run([sys.executable, TREE_STATE, "compare"], input=tree_before, text=True, check=False)
+    if left.returncode != 0:
+        session.error("the test run changed the working tree (the files are named above)")
 
 
 def run_lint(session: nox.Session) -> None:
@@ -232,6 +274,7 @@ def recall(session: nox.Session) -> None:
     """Lexical vs hybrid recall on the recall corpus with the real model; fails below the gate."""
     fetch_model_files(session)
     install_project(session, "requirements/runtime.txt", "requirements/build.txt")
+    session.env.update(PUBLISH_FIGURES)
     run_recall(session)
 
 
@@ -270,7 +313,10 @@ def reliability_report(session: nox.Session) -> Iterator[None]:
     try:
         yield
     finally:
-        session.run("python", "scripts/reliability_report.py")
+        if any(Path("build/reliability").glob("*.json")):
+            session.run("python", "scripts/reliability_report.py")
+        else:  # `nox -s tests -- some/tests.py`: no check ran, so there is no table to write
+            session.log("no reliability check ran: no reliability table written")
 
 
 def run_reliability(session: nox.Session) -> None:
@@ -287,6 +333,7 @@ def reliability(session: nox.Session) -> None:
     # The model too, so any check that starts the real embeddings plugin has it.
     fetch_model_files(session)
     install_project(session)
+    session.env.update(PUBLISH_FIGURES)
     run_reliability(session)
 
 
@@ -320,6 +367,7 @@ def bench(session: nox.Session) -> None:
     """Benchmarks, run side by side; each writes its figures to docs/benchmarks/."""
     fetch_model_files(session)
     install_project(session, "requirements/dev.txt")
+    session.env.update(PUBLISH_FIGURES)
     session.run("python", "scripts/bench_startup.py", *session.posargs)
     session.run("python", "scripts/bench_listing.py")
     session.run("python", "scripts/bench_search.py")
@@ -339,7 +387,8 @@ def bench(session: nox.Session) -> None:
     session.run("python", "scripts/bench_longmemeval.py")
     subprocess.run([HAPROXY_SCRIPT], check=True)
     with postgres_for_tests(session):
-        # Side by side with the server before appends were batched into one statement.
+        # Side by side with the server of 1fdee83, the last commit before the sync server's
+        # appends were batched and its round trips cut (docs/benchmarks/sync.md says so too).
         session.run("python", "scripts/bench_sync.py", "--baseline", "1fdee83")
         session.run("python", "scripts/bench_sync_scale.py")
 

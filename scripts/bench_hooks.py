@@ -42,6 +42,7 @@ from mcp import Client, StdioServerParameters
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_hybrid
 import bench_warmup
+from doc_sections import write_section
 
 from squirrel_mcp.core.channel import Channel, holder
 from squirrel_mcp.core.config import Config
@@ -50,7 +51,6 @@ from squirrel_mcp_embeddings import embedder, hooks
 
 REPO = Path(__file__).resolve().parent.parent
 OUTPUT = REPO / "docs" / "benchmarks" / "hooks.md"
-BEGIN, END = "<!-- latency -->", "<!-- /latency -->"
 HOOK = str(Path(sys.executable).parent / "squirrel-mcp")
 ANCHOR = [sys.executable, "-c", "print('squirrel')"]
 # Prompts no memory of the corpus answers: coding requests, greetings, follow-ups.
@@ -282,21 +282,6 @@ def section(result: dict[str, Any], args: argparse.Namespace, command: str) -> s
     return "\n".join(lines)
 
 
-def write(text: str, output: Path) -> None:
-    """Replace what is between the markers (or add them, with the file's title when it is new)."""
-    block = f"{BEGIN}\n{text}\n{END}"
-    if not output.exists():
-        output.write_text(f"# The hooks: latency and confidence\n\n{block}\n", encoding="utf-8")
-        return
-    current = output.read_text(encoding="utf-8")
-    if BEGIN in current and END in current:
-        head, rest = current.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1]
-        output.write_text(head + block + tail, encoding="utf-8")
-    else:
-        output.write_text(current.rstrip("\n") + "\n\n" + block + "\n", encoding="utf-8")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memories", type=int, default=10_000)
@@ -316,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = "python scripts/bench_hooks.py" + "".join(
         f" {a}" for a in (argv if argv is not None else sys.argv[1:])
     )
-    write(section(result, args, command), args.output)
+    write_section(args.output, "latency", section(result, args, command))
     print(json.dumps({k: v for k, v in result.items() if k != "printed"}), flush=True)
     return 0
 

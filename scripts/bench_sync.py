@@ -11,26 +11,26 @@ process on a fresh database:
 - pulling everything with `GET /v1/records` from cursor 0, paged by 500: what a new
   machine pays on its first start, as records per second;
 - `import` of an export file into an account on the server, at the server's default
-  rate limit (SQLite only: the rate limit, not the database, sets its pace), in process
-  (`squirrel_mcp.book.transfer.import_export` over `RemoteStorage`, cheap key derivation):
-  now (one pull, then appends of up to 500 records across memories), and before (each
-  memory on its own: a pull, an append and a pull, what import did until it batched,
-  replayed through `MemoryStore.import_history` one memory at a time) for the sizes
-  `--before-sizes` names, since that path takes minutes.
+  rate limit (SQLite only: the rate limit, not the database, sets its pace): see
+  scripts/bench_sync_imports.py.
 
 Latencies are per request (median and p90, nearest rank) after `WARMUP` untimed
-requests. PostgreSQL is measured when SQUIRREL_TEST_POSTGRES_URL names a cluster
-(`nox -s bench` starts one with .ci/postgres); a database is created for the run and
-dropped after. The report goes to docs/benchmarks/sync.md.
+requests. The batches' request bodies are made before their timing starts: what is
+timed is the server's work and the round trips, not the client making up records.
+Beside the wall-clock figures, the CPU time each batch and each page cost the server
+process (and, on PostgreSQL, the database's backends serving this run's database),
+read from /proc: on a machine shared with other jobs, the wall clock says how long
+a batch waited as well as worked, and the CPU time says how much work it was.
+PostgreSQL is measured when SQUIRREL_TEST_POSTGRES_URL names a cluster on this
+machine (`nox -s bench` starts one with .ci/postgres); a database is created for each
+round and dropped after. The report goes to docs/benchmarks/sync.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import io
 import os
-import platform
 import re
 import secrets
 import sqlite3
@@ -41,33 +41,18 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
-from datetime import UTC, datetime
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
-from bench_search import Corpus
+from bench_sync_client import RECORD_BYTES, WARMUP, Client, measure, record_body
+from bench_sync_machine import CpuMeter, environment_lines
 
-from squirrel_mcp.book.memories import MemoryStore
-from squirrel_mcp.book.transfer import ExportedMemory, ExportFile, import_export
-from squirrel_mcp.keys import crypto
-from squirrel_mcp.storage.remote import RemoteStorage
 from squirrel_mcp.syncserver.app import Limits
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO / "docs" / "benchmarks" / "sync.md"
-RECORD_BYTES = 400
-WARMUP = 20
-
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
-
-
-def nearest_rank(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, round(share * len(ordered)) - 1)]
 
 
 @contextmanager
@@ -100,7 +85,7 @@ def issue_key(database_url: str) -> str:
 @contextmanager
 def server(
     database_url: str, log: Path, rate: tuple[str, ...] = UNLIMITED, source: str | None = None
-) -> Iterator[tuple[str, str]]:
+) -> Iterator[tuple[str, str, int]]:
     """The installed server on `database_url`, or the one in `source` (a tree's base/ directory)."""
     env = {**os.environ, "SQUIRREL_SYNC_DATABASE": database_url}
     if source is not None:
@@ -128,73 +113,10 @@ def server(
                 break
             except requests.ConnectionError:
                 time.sleep(0.05)
-        yield url, key
+        yield url, key, process.pid
     finally:
         process.terminate()
         process.wait(timeout=30)
-
-
-def measure(url: str, key: str, singles: int, batches: int) -> dict[str, float]:
-    session = requests.Session()
-    session.headers["Authorization"] = f"Bearer {key}"
-    account = {
-        "id": secrets.token_hex(16),
-        "kdf": {"alg": "scrypt", "salt": b64(os.urandom(16)), "n": 2**17, "r": 8, "p": 1},
-        "wrappedDataKey": b64(os.urandom(61)),
-    }
-    session.post(url + "/v1/account", json=account).raise_for_status()
-
-    def timed(call: object, count: int) -> list[float]:
-        times = []
-        for index in range(WARMUP + count):
-            start = time.perf_counter()
-            call()
-            if index >= WARMUP:
-                times.append((time.perf_counter() - start) * 1000)
-        return times
-
-    def get_account() -> None:
-        session.get(url + "/v1/account").raise_for_status()
-
-    def append_one() -> None:
-        body = {
-            "records": [
-                {"memoryId": secrets.token_hex(8), "revision": 1, "ciphertext": b64(os.urandom(RECORD_BYTES))}
-            ]
-        }
-        session.post(url + "/v1/records", json=body).raise_for_status()
-
-    account_ms = timed(get_account, singles)
-    append_ms = timed(append_one, singles)
-
-    start = time.perf_counter()
-    for _ in range(batches):
-        batch = [
-            {"memoryId": secrets.token_hex(8), "revision": 1, "ciphertext": b64(os.urandom(RECORD_BYTES))}
-            for _ in range(500)
-        ]
-        session.post(url + "/v1/records", json={"records": batch}).raise_for_status()
-    batch_seconds = time.perf_counter() - start
-
-    start = time.perf_counter()
-    pulled, after = 0, 0
-    while True:
-        page = session.get(url + "/v1/records", params={"after": after}).json()
-        pulled += len(page["records"])
-        after = page["cursor"]
-        if not page["more"]:
-            break
-    pull_seconds = time.perf_counter() - start
-    return {
-        "account_median": statistics.median(account_ms),
-        "account_p90": nearest_rank(account_ms, 0.9),
-        "append_median": statistics.median(append_ms),
-        "append_p90": nearest_rank(append_ms, 0.9),
-        "batch_rate": batches * 500 / batch_seconds,
-        "pulled": pulled,
-        "pull_seconds": pull_seconds,
-        "pull_rate": pulled / pull_seconds,
-    }
 
 
 def baseline_tree(ref: str, temp: Path) -> str:
@@ -214,63 +136,23 @@ def side_by_side(
     args: argparse.Namespace,
     baseline: str | None,
 ) -> dict[str, dict[str, float]]:
-    """Medians over `args.rounds` rounds of `measure`, now and (if given) the baseline, taking turns."""
+    """Medians over `args.rounds` rounds of `measure`: now and the baseline (if any), served at once."""
     servers = {"now": None} if baseline is None else {"before": baseline, "now": None}
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in servers}
     for round_number in range(args.rounds):
-        for name, source in servers.items():
-            tag = f"{name}-{round_number}"
-            with fresh(tag) as database, server(database, temp / f"{tag}.log", source=source) as (url, key):
-                runs[name].append(measure(url, key, args.singles, args.batches))
+        with ExitStack() as stack:
+            clients = []
+            for name, source in servers.items():
+                tag = f"{name}-{round_number}"
+                database = stack.enter_context(fresh(tag))
+                url, key, pid = stack.enter_context(server(database, temp / f"{tag}.log", source=source))
+                clients.append(Client(url, key, CpuMeter(pid, database)))
+            for name, figures in zip(servers, measure(clients, args.singles, args.batches), strict=True):
+                runs[name].append(figures)
     return {
         name: {figure: statistics.median(run[figure] for run in found) for figure in found[0]}
         for name, found in runs.items()
     }
-
-
-def export_of(count: int) -> ExportFile:
-    """An export of `count` synthetic memories (the corpus of scripts/bench_search.py), one revision each."""
-    corpus = Corpus(seed=5)
-    memories = [corpus.memory(number) for number in range(count)]
-    return ExportFile(
-        format="squirrel-mcp-export",
-        version=1,
-        exportedAt="2026-11-30T00:00:00.000Z",
-        exportedBy="scripts/bench_sync.py",
-        memories=[ExportedMemory(id=memory.id, revisions=[memory]) for memory in memories],
-    )
-
-
-def import_seconds(url: str, database_url: str, parsed: ExportFile, *, batched: bool) -> float:
-    """Seconds to import `parsed` into a new account on the server (key issued and account made untimed)."""
-    cheap = crypto.KdfParams(salt=os.urandom(crypto.SALT_BYTES), n=2**14)
-    store = MemoryStore.create(RemoteStorage(url, issue_key(database_url)), "bench passphrase", kdf=cheap)
-    started = time.perf_counter()
-    if batched:
-        report = import_export(store, parsed)
-        added = report.added
-    else:
-        added = sum(store.import_history(memory.revisions)[0] for memory in parsed.memories)
-    seconds = time.perf_counter() - started
-    if added != len(parsed.memories):
-        raise SystemExit(f"the import added {added} of {len(parsed.memories)} memories")
-    return seconds
-
-
-def measure_imports(
-    temp: Path, sizes: list[int], before_sizes: list[int]
-) -> list[tuple[int, float | None, float]]:
-    """(memories, seconds before or None, seconds now) per size, on SQLite at the default rate limit."""
-    database = f"sqlite:///{temp}/imports.sqlite3"
-    rows = []
-    with server(database, temp / "imports.log", DEFAULT_RATE) as (url, _):
-        for size in sizes:
-            parsed = export_of(size)
-            before = import_seconds(url, database, parsed, batched=False) if size in before_sizes else None
-            now = import_seconds(url, database, parsed, batched=True)
-            print(f"import of {size:,} memories: before {before} s, now {now:.1f} s", flush=True)
-            rows.append((size, before, now))
-    return rows
 
 
 def sizes(text: str) -> list[int]:
@@ -281,10 +163,18 @@ def sizes(text: str) -> list[int]:
 Results = dict[str, dict[str, dict[str, float]]]
 
 
-def run(args: argparse.Namespace) -> tuple[Results, dict[str, str], list[tuple[int, float | None, float]]]:
-    """Every measurement the options ask for: (per database and server, versions, imports)."""
+Stages = dict[str, dict[str, float]]
+
+
+def run(
+    args: argparse.Namespace,
+) -> tuple[Results, dict[str, str], list[tuple[int, float | None, float]], Stages]:
+    """Every measurement the options ask for: (per database and server, versions, imports, stages)."""
+    from bench_sync_stages import stages
 
     results: Results = {}
+    found: Stages = {}
+    bodies = [record_body(500) for _ in range(args.batches)]
     versions = {"sqlite": sqlite3.sqlite_version}
     with tempfile.TemporaryDirectory() as temp_name:
         temp = Path(temp_name)
@@ -295,6 +185,7 @@ def run(args: argparse.Namespace) -> tuple[Results, dict[str, str], list[tuple[i
             yield f"sqlite:///{temp}/sync-{tag}.sqlite3"
 
         results["SQLite"] = side_by_side(sqlite_database, temp, args, baseline)
+        found["SQLite"] = stages(f"sqlite:///{temp}/stages.sqlite3", bodies)
         admin_url = os.environ.get("SQUIRREL_TEST_POSTGRES_URL")
         if admin_url:
             import psycopg
@@ -304,36 +195,15 @@ def run(args: argparse.Namespace) -> tuple[Results, dict[str, str], list[tuple[i
             results["PostgreSQL"] = side_by_side(
                 lambda _tag: postgres_database(admin_url), temp, args, baseline
             )
+            with postgres_database(admin_url) as database:
+                found["PostgreSQL"] = stages(database, bodies)
         else:
             print("bench_sync: SQUIRREL_TEST_POSTGRES_URL is unset; PostgreSQL not measured", file=sys.stderr)
+        # Here, not at the top: bench_sync_imports uses this module's server.
+        from bench_sync_imports import measure_imports
+
         imports = measure_imports(temp, args.import_sizes, args.before_sizes)
-    return results, versions, imports
-
-
-def import_lines(imports: list[tuple[int, float | None, float]]) -> list[str]:
-    """The table of the imports, now and before."""
-    lines: list[str] = []
-    lines += [
-        "",
-        f"### Import into the server, at its default rate limit ({Limits.rate:g} requests a second, "
-        f"bursts of {Limits.burst})",
-        "",
-        "| Memories | Now: one pull, appends of up to 500 records "
-        "| Before: a pull, an append, a pull per memory |",
-        "|---:|---:|---:|",
-    ]
-    for size, before, now in imports:
-        if before is not None:
-            then = f"{before:,.1f} s ({before / now:,.0f}x as long)"
-        else:
-            rate = next((b / s for s, b, _ in imports if b is not None), None)
-            then = (
-                "not run"
-                if rate is None
-                else f"not run (about {rate * size / 60:,.0f} min at the rate above)"
-            )
-        lines.append(f"| {size:,} | {now:,.1f} s | {then} |")
-    return lines
+    return results, versions, imports, found
 
 
 def report(
@@ -341,8 +211,12 @@ def report(
     results: Results,
     versions: dict[str, str],
     imports: list[tuple[int, float | None, float]],
+    found: Stages,
 ) -> str:
     """The page of docs/benchmarks/sync.md."""
+    from bench_sync_imports import import_lines
+    from bench_sync_stages import stage_lines
+
     lines = [
         "# Sync server",
         "",
@@ -356,14 +230,12 @@ def report(
         "| Append in batches of 500, records/s | Pull all, records/s |",
         "|---|---|---:|---:|---:|---:|",
     ]
-    for name, servers in results.items():
-        for which, r in servers.items():
-            label = f"before ({args.baseline})" if which == "before" else "now"
-            lines.append(
-                f"| {name} | {label} | {r['account_median']:.1f} ({r['account_p90']:.1f}) "
-                f"| {r['append_median']:.1f} ({r['append_p90']:.1f}) | {r['batch_rate']:,.0f} "
-                f"| {r['pull_rate']:,.0f} ({int(r['pulled']):,} in {r['pull_seconds']:.2f} s) |"
-            )
+    for name, label, r in table_rows(args, results):
+        lines.append(
+            f"| {name} | {label} | {r['account_median']:.1f} ({r['account_p90']:.1f}) "
+            f"| {r['append_median']:.1f} ({r['append_p90']:.1f}) | {r['batch_rate']:,.0f} "
+            f"| {r['pull_rate']:,.0f} ({int(r['pulled']):,} in {r['pull_seconds']:.2f} s) |"
+        )
     if args.baseline is not None:
         lines += ["", "Now against before, measured side by side (medians of the rounds):", ""]
         for name, servers in results.items():
@@ -373,6 +245,8 @@ def report(
                 f"{now['pull_rate'] / before['pull_rate']:.1f}x, one record's append median "
                 f"{now['append_median']:.1f} ms against {before['append_median']:.1f} ms."
             )
+    lines += cpu_lines(args, results)
+    lines += stage_lines(found, args.batches)
     lines += import_lines(imports)
     lines += [
         "",
@@ -385,8 +259,12 @@ def report(
         f"{RECORD_BYTES} random bytes (about one memory's sealed revision). Each figure is the median of "
         f"{args.rounds} rounds, each on a fresh database"
         + (
-            f"; the server of commit {args.baseline} (before appends were batched into one statement)"
-            " took turns with this one, round by round."
+            f"; the server of commit {args.baseline} ran beside this one in every round, each request"
+            " to one followed by the same request to the other (who goes first alternating), so that"
+            " the machine's changing load met both alike. "
+            f"{args.baseline} is the last commit before the work measured here: each record of an append"
+            " was its own INSERT after its own SELECT MAX(revision), and each transaction on PostgreSQL"
+            " began with a round trip to test its pooled connection."
             if args.baseline
             else "."
         ),
@@ -395,21 +273,51 @@ def report(
         "- An append is one transaction; SQLite runs with `synchronous=FULL` (each append reaches the disk),",
         "  PostgreSQL is the throwaway test cluster of `.ci/postgres`, which runs with `fsync=off`: its",
         "  write figures are an upper bound for a durable production cluster.",
-        f"- Batches: {args.batches} appends of 500 records. Pull: every record from cursor 0, pages of 500.",
+        f"- Batches: {args.batches} appends of 500 records, their bodies (about 300 KB of JSON each) made"
+        " before the timing. Pull: every record from cursor 0, pages of 500, each page's JSON decoded by"
+        " the client inside the timing (as a client must).",
+        "- CPU time: user and system time of the server process, and of the PostgreSQL backends of the"
+        " round's database, read from /proc before and after the batches and the pull; per batch and per"
+        " page. Unlike the wall clock, it hardly changes with what else runs on the machine.",
         "- Import: in process, each size into a new account (key and account made untimed), one",
         "  revision per memory; the timing ends when the import's closing pull is done.",
         "- The machine is shared with other jobs (2 cores); figures are indicative, not a guarantee.",
         "",
-        "## Environment",
-        "",
-        f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- Python {platform.python_version()} on {platform.platform()}, {os.cpu_count()} CPUs",
-        f"- Load average when it finished: {os.getloadavg()[0]:.1f} (other jobs share the machine)",
-        f"- SQLite {versions['sqlite']}"
-        + (f", PostgreSQL {versions['postgresql']}" if "postgresql" in versions else ""),
-        "",
+        *environment_lines(
+            f"- SQLite {versions['sqlite']}"
+            + (f", PostgreSQL {versions['postgresql']}" if "postgresql" in versions else "")
+        ),
     ]
     return "\n".join(lines)
+
+
+def cpu_lines(args: argparse.Namespace, results: Results) -> list[str]:
+    """The table of CPU time per batch and per page, and the load the rounds ran under."""
+    lines = [
+        "",
+        "### CPU time per batch of 500 and per page of 500 pulled (medians of the rounds)",
+        "",
+        "| Database | Server | Batch: server, ms | Batch: PostgreSQL, ms | Page: server, ms "
+        "| Page: PostgreSQL, ms | Load average (1 min) |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, label, r in table_rows(args, results):
+        if name == "PostgreSQL":
+            database = (
+                f"{r['batch_database_cpu_ms']:.1f} | {r['page_server_cpu_ms']:.1f} "
+                f"| {r['page_database_cpu_ms']:.1f}"
+            )
+        else:
+            database = f"(in the server) | {r['page_server_cpu_ms']:.1f} | (in the server)"
+        lines.append(f"| {name} | {label} | {r['batch_server_cpu_ms']:.1f} | {database} | {r['load']:.1f} |")
+    return lines
+
+
+def table_rows(args: argparse.Namespace, results: Results) -> Iterator[tuple[str, str, dict[str, float]]]:
+    """(database, which server, its figures) for each row of the report's tables."""
+    for name, servers in results.items():
+        for which, figures in servers.items():
+            yield name, f"before ({args.baseline})" if which == "before" else "now", figures
 
 
 def main() -> None:
@@ -424,14 +332,14 @@ def main() -> None:
         default=[300],
         help="of those, the sizes imported one memory at a time too",
     )
-    parser.add_argument("--rounds", type=int, default=3, help="rounds per server, medians taken")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds per server, medians taken")
     parser.add_argument(
         "--baseline",
-        help="a commit whose server is measured too, side by side (taking turns, same rounds)",
+        help="a commit whose server is measured too, side by side (request by request, same rounds)",
     )
     args = parser.parse_args()
-    results, versions, imports = run(args)
-    text = report(args, results, versions, imports)
+    results, versions, imports, found = run(args)
+    text = report(args, results, versions, imports, found)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text)
     print(text)

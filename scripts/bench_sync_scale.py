@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 
 from bench_sync import postgres_database
+from bench_sync_machine import environment_lines
 from sync_cluster import DRAIN_SECONDS, haproxy_binary
 from sync_load import MAX_BATCH, RECORD_BYTES, SHARED_MEMORIES, LoadResult, run_load, summary
 
@@ -95,12 +94,7 @@ def report(results: list[LoadResult], seconds: float) -> str:
         "  by pull during the run, differs from the chain over the log in the database.",
         "- PostgreSQL is the throwaway `.ci/postgres` cluster (`fsync=off`).",
         "",
-        "## Environment",
-        "",
-        f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- Python {platform.python_version()} on {platform.platform()}, {os.cpu_count()} CPUs",
-        f"- Load average when it finished: {os.getloadavg()[0]:.1f} (other jobs share the machine)",
-        "",
+        *environment_lines(),
     ]
     return "\n".join(lines)
 

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from bench_locomo import DATA, Conversation, conversation_files, load
 from calibrate_floor import conversation_memories, vault_of
+from doc_sections import write_section
 from hook_prompts import PROMPTS
 from hooks_grid import (
     EVEN,
@@ -74,7 +75,6 @@ from squirrel_mcp.storage.local import LocalVault  # noqa: E402
 from tests.recall.corpus import CORPUS, NOW, SETS, UNANSWERABLE, hex_id, revision  # noqa: E402
 
 REPORT = ROOT / "docs" / "benchmarks" / "hooks.md"
-BEGIN, END = "<!-- calibration -->", "<!-- /calibration -->"
 # The prompt hook's search: five hits, the session's own project and the memories of none.
 # Every memory here has no project, so a session in any project sees them all.
 LIMIT = 5
@@ -301,21 +301,6 @@ def frontier(ranking: str, measured: Sequence[tuple[Rule, Figures]]) -> list[tup
     return rows
 
 
-def write_section(report: Path, section: str) -> None:
-    """`section` between the calibration markers of `report`; everything else in it kept."""
-    block = f"{BEGIN}\n{section}{END}\n"
-    if not report.exists():
-        report.write_text(f"# Hooks\n\n{block}", encoding="utf-8")
-        return
-    text = report.read_text(encoding="utf-8")
-    if BEGIN in text and END in text:
-        before, _, rest = text.partition(BEGIN)
-        _, _, after = rest.partition(END)
-        report.write_text(before + block + after.removeprefix("\n"), encoding="utf-8")
-    else:
-        report.write_text(text.rstrip("\n") + "\n\n" + block, encoding="utf-8")
-
-
 def searched(conversations: Sequence[Conversation], *, words_only: bool, cache: Path | None) -> list[Asked]:
     """Every search, made now, or read back from `cache` (written by an earlier run)."""
     if cache is not None and cache.exists():
@@ -357,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         variants = narrowed(ranking, picked[0], mine)
         chosen[ranking] = (narrowest(picked, variants), measured, variants)
     text = render(chosen, [c.name for c in conversations], args)
-    write_section(args.report, text)
+    write_section(args.report, "calibration", text)
     print(text)
     return 0
 

@@ -2,7 +2,9 @@
 
 Reads build/reliability/*.json (one per check, written by tests/reliability/figures.py
 `record`) and build/reliability/rss/soak.json (the soak's memory curve). Run by
-`nox -s reliability` after the checks; every number in the page comes from those files.
+`nox -s reliability` after the checks, which writes docs/reliability.md; after the test
+suite's run of the checks the page goes to build/docs/reliability.md instead
+(scripts/figure_pages.py). Every number in the page comes from those files.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+
+import figure_pages
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "build" / "reliability"
@@ -231,7 +235,8 @@ def main() -> int:
         "# Reliability: faults, bad input, tampering, concurrency",
         "",
         "Written by `scripts/reliability_report.py` from the figures of the last `nox -s reliability`",
-        "(also run by `nox -s tests`); do not edit by hand. Measured "
+        "(`nox -s tests` runs the same checks and writes build/docs/reliability.md); do not edit by hand. "
+        "Measured "
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC at commit {commit()} on {os.cpu_count()} cores, "
         f"Python {platform.python_version()}.",
         "",
@@ -255,8 +260,8 @@ def main() -> int:
     lines += soak_section()
     findings = FINDINGS.replace("{get_context}", get_context_latency())
     lines.append(findings.replace("\n\n## Limits", "\n" + verdict(checks) + "\n\n## Limits", 1))
-    PAGE.write_text("\n".join(lines), encoding="utf-8")
-    print(f"wrote {PAGE.relative_to(ROOT)} ({len(checks)} checks)")
+    figure_pages.write_page(PAGE, ROOT, "\n".join(lines))
+    print(f"{len(checks)} checks")
     return 0 if checks else 1
 
 

@@ -148,6 +148,7 @@ LONGEST_FIRST = (
     "reliability/test_passphrase_kills.py",
     "test_cli_person.py",
     "test_release.py",
+    "test_quick_start.py",
     "sync/test_syncserver.py",
     "reliability/test_tampering.py",
     "sync/test_two_machines.py",
@@ -287,14 +288,24 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+def default_vault(data_home: Path) -> dict[str, str]:
+    """XDG_DATA_HOME, and SQUIRREL_VAULT naming its default vault: the one place a server creates one."""
+    return {
+        "XDG_DATA_HOME": str(data_home),
+        "SQUIRREL_VAULT": str(data_home / "squirrel-mcp" / "vault.sqlite3"),
+    }
+
+
 @pytest.fixture
 def vault_env(tmp_path: Path) -> dict[str, str]:
-    """Environment for a server on a fresh vault in tmp_path (created at first start)."""
+    """Environment for a server on a fresh vault in tmp_path (created at first start).
+
+    The vault is the default one of its XDG_DATA_HOME, named: a server creates a vault only there.
+    """
     return {
-        "SQUIRREL_VAULT": str(tmp_path / "data" / "vault.sqlite3"),
+        **default_vault(tmp_path / "xdg-data"),
         "SQUIRREL_PASSPHRASE": PASSPHRASE,
         "HOME": str(tmp_path / "home"),
-        "XDG_DATA_HOME": str(tmp_path / "xdg-data"),
         "XDG_CACHE_HOME": str(tmp_path / "xdg-cache"),
         # Installed plugins never leak into tests: a test that wants one names it.
         "SQUIRREL_MCP_PLUGINS": "",

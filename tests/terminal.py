@@ -14,14 +14,18 @@ from collections.abc import Callable
 Answerer = Callable[[bytes], str | None]
 
 
-def converse(argv: list[str], env: dict[str, str], answer: Answerer, within: float = 60) -> tuple[int, str]:
-    """Run `python ARGV` on a pseudo-terminal with `env`; its exit code and everything it printed.
+def converse(
+    argv: list[str], env: dict[str, str], answer: Answerer, within: float = 60, cwd: str | None = None
+) -> tuple[int, str]:
+    """Run `python ARGV` on a pseudo-terminal with `env` (in `cwd`); its exit code and everything it printed.
 
     After each read, `answer` is asked what to type; a command still running after `within`
     seconds is killed.
     """
     pid, fd = pty.fork()
     if pid == 0:  # the child: becomes the command, its terminal is the pty
+        if cwd is not None:
+            os.chdir(cwd)
         os.execve(sys.executable, [sys.executable, *argv], {"PATH": os.environ["PATH"], **env})
     output = b""
     deadline = time.monotonic() + within

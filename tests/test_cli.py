@@ -10,7 +10,7 @@ import pytest
 from mcp import Client
 
 from squirrel_mcp import __version__
-from tests.conftest import PASSPHRASE, call, run_cli, server_params
+from tests.conftest import PASSPHRASE, call, default_vault, run_cli, server_params
 from tests.terminal import converse
 
 
@@ -114,7 +114,8 @@ def test_init_asks_twice_without_echo(vault_env: dict[str, str]) -> None:
 
 @pytest.mark.anyio
 async def test_export_then_import_elsewhere_is_complete_and_idempotent(tmp_path: Path) -> None:
-    source = {"SQUIRREL_VAULT": str(tmp_path / "a" / "vault.sqlite3"), "SQUIRREL_PASSPHRASE": PASSPHRASE}
+    # The server makes the source vault at its default place; import --create makes the target.
+    source = {**default_vault(tmp_path / "a"), "SQUIRREL_PASSPHRASE": PASSPHRASE}
     target = {
         "SQUIRREL_VAULT": str(tmp_path / "b" / "vault.sqlite3"),
         "SQUIRREL_PASSPHRASE": "another passphrase",

@@ -219,12 +219,15 @@ def test_bad_options_are_the_tools_refusals(vault_env: dict[str, str]) -> None:
     assert run_cli(vault_env, "init").returncode == 0
     too_many = run_cli(vault_env, "list", "--limit", "500")
     assert too_many.returncode == 1
-    assert b"invalid arguments for list_memories: limit" in too_many.stderr
+    assert b"invalid arguments for list_memories: `limit` is more than 100: send" in too_many.stderr
     unknown = run_cli(vault_env, "show", "0123456789abcdef")
     assert unknown.returncode == 1
     assert unknown.stderr.decode() == "squirrel-mcp: no memory has the id '0123456789abcdef'\n"
     not_an_id = run_cli(vault_env, "show", "my secret id")
-    assert not_an_id.returncode == 1 and b"invalid arguments for get_memory: id" in not_an_id.stderr
+    assert (
+        not_an_id.returncode == 1
+        and b"invalid arguments for get_memory: `id` is not a memory's id" in not_an_id.stderr
+    )
     assert b"my secret id" not in not_an_id.stderr
     wrong = run_cli({**vault_env, "SQUIRREL_PASSPHRASE": "not the passphrase"}, "list")
     assert wrong.returncode == 1 and b"passphrase does not unlock" in wrong.stderr
@@ -254,7 +257,8 @@ def test_a_query_too_long_is_refused_before_any_plugin_starts(vault_env: dict[st
     refused = run_cli(env, "search", "my secret " * 101)
     assert refused.returncode == 1
     assert refused.stderr.decode().splitlines() == [
-        "squirrel-mcp: invalid arguments for search_memory: query: String should have at most 1000 characters"
+        "squirrel-mcp: invalid arguments for search_memory: `query` is longer than 1,000 characters: "
+        "send text of 1 to 1,000 characters."
     ]
 
 

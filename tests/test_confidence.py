@@ -190,13 +190,13 @@ def test_the_script_runs_words_only_on_a_made_up_conversation_and_writes_only_it
     report = tmp_path / "hooks.md"
     before = "# Hooks\n\nLatency, written by another script.\n\n"
     after = "\n## Later\n\nKept as it was.\n"
-    stale = f"{calibrate_hooks.BEGIN}\nold figures\n{calibrate_hooks.END}\n"
+    stale = "<!-- calibration -->\nold figures\n<!-- /calibration -->\n"
     report.write_text(before + stale + after, encoding="utf-8")
     args = [str(data), "--words-only", "--report", str(report), "--build", "a test"]
     assert calibrate_hooks.main(args) == 0
     text = report.read_text(encoding="utf-8")
-    assert text.startswith(before + calibrate_hooks.BEGIN + "\n## Calibration\n")
-    assert text.endswith(calibrate_hooks.END + "\n" + after)
+    assert text.startswith(before + "<!-- calibration -->\n## Calibration\n")
+    assert text.endswith("<!-- /calibration -->\n" + after)
     assert "old figures" not in text
     section = text[len(before) : -len(after)]
     assert "| words only |" in section and "| hybrid |" not in section
@@ -205,19 +205,6 @@ def test_the_script_runs_words_only_on_a_made_up_conversation_and_writes_only_it
     # A second run rewrites the same section in place: the report does not grow.
     assert calibrate_hooks.main(args) == 0
     assert report.read_text(encoding="utf-8") == text
-
-
-def test_the_section_is_added_to_a_report_without_markers_and_a_missing_one_is_made(tmp_path: Path) -> None:
-    report = tmp_path / "hooks.md"
-    calibrate_hooks.write_section(report, "## Calibration\n\nfigures\n")
-    made = report.read_text(encoding="utf-8")
-    assert made == f"# Hooks\n\n{calibrate_hooks.BEGIN}\n## Calibration\n\nfigures\n{calibrate_hooks.END}\n"
-    report.write_text("# Hooks\n\n## Latency\n\nfast\n", encoding="utf-8")
-    calibrate_hooks.write_section(report, "## Calibration\n\nfigures\n")
-    assert report.read_text(encoding="utf-8") == (
-        "# Hooks\n\n## Latency\n\nfast\n\n"
-        f"{calibrate_hooks.BEGIN}\n## Calibration\n\nfigures\n{calibrate_hooks.END}\n"
-    )
 
 
 def test_no_conversations_is_said_and_nothing_is_written(

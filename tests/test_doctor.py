@@ -1,4 +1,7 @@
-"""`squirrel-mcp doctor`: one line per check, ✓ or ✗ with the fix, exit 1 when any fails."""
+"""`squirrel-mcp doctor`: one line per check, ✓ or ✗ with the fix (– when not checked), exit 1 when any fails.
+
+tests/test_doctor_hosts.py tries the hosts' entries with their own passphrases, vaults and keychain.
+"""
 
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ CONFIG_SECRETS = [
 # the home directory (no project).
 FROM_THE_FOLDER = "project: that of the folder the host starts it in, which its config does not say"
 FROM_HOME = f"{FROM_THE_FOLDER} (started in this folder: none)"
+NO_KEYCHAIN = {"PYTHON_KEYRING_BACKEND": "keyring.backends.fail.Keyring"}
 
 
 def _doctor(env: dict[str, str], cwd: Path | None = None) -> tuple[int, list[str]]:
@@ -41,8 +45,8 @@ def _doctor(env: dict[str, str], cwd: Path | None = None) -> tuple[int, list[str
         cwd.mkdir(parents=True, exist_ok=True)
     result = run_cli(env, "doctor", cwd=cwd)
     lines = result.stdout.decode().splitlines()
-    # Every line is a check; none shows a memory, a passphrase or a value of a host config.
-    assert lines and all(line[:2] in ("✓ ", "✗ ") for line in lines), lines
+    # Every line is a check; none shows a memory, a passphrase or a secret of a host config.
+    assert lines and all(line[:2] in ("✓ ", "✗ ", "– ") for line in lines), lines
     for secret in [SECRET_TEXT, PASSPHRASE, *CONFIG_SECRETS]:
         assert secret not in result.stdout.decode() and secret not in result.stderr.decode()
     return result.returncode, lines
@@ -169,9 +173,9 @@ def _write(path: Path, text: str) -> Path:
 
 
 def _entry(
-    command: str | Path, passphrase: str = CONFIG_PASSPHRASE, args: list[str] | None = None
+    command: str | Path, passphrase: str = CONFIG_PASSPHRASE, args: list[str] | None = None, vault: str = ""
 ) -> dict[str, object]:
-    env = {"SQUIRREL_PASSPHRASE": passphrase, "SQUIRREL_API_KEY": CONFIG_SECRETS[1]}
+    env = {"SQUIRREL_PASSPHRASE": passphrase} | ({"SQUIRREL_VAULT": vault} if vault else {})
     return {"command": str(command), "args": args or [], "env": env}
 
 
@@ -180,16 +184,20 @@ def _hosts(lines: list[str]) -> list[str]:
 
 
 def test_a_host_entry_that_runs_this_installation_passes(vault_env: dict[str, str]) -> None:
-    home = Path(vault_env["HOME"])
-    servers = {"squirrel-notes": _entry(_script()), "two\nlines": _entry(_script())}
-    cursor = _write(home / ".cursor" / "mcp.json", json.dumps({"mcpServers": servers}))
-    _code, lines = _doctor(vault_env)
+    home, vault = Path(vault_env["HOME"]), vault_env["SQUIRREL_VAULT"]
+    assert run_cli(vault_env, "init", "--no-keychain").returncode == 0
+    entry = _entry(_script(), PASSPHRASE, vault=vault)
+    cursor = _write(home / ".cursor" / "mcp.json", json.dumps({"mcpServers": {"squirrel-notes": entry}}))
+    _write(home / ".gemini" / "settings.json", json.dumps({"mcpServers": {"two\nlines": entry}}))
+    code, lines = _doctor(vault_env)
+    assert code == 0, lines
+    unlocks = f"its SQUIRREL_PASSPHRASE unlocks the vault at {vault}"
     assert _hosts(lines) == [
         f'✓ host config: {cursor}, entry "squirrel-notes": runs {_script()} (this installation); '
-        f"SQUIRREL_PASSPHRASE is set in this file; {FROM_HOME}",
+        f"{unlocks}; {FROM_HOME}",
         # A name is shown escaped: every check stays one line.
-        f'✓ host config: {cursor}, entry "two\\nlines": runs {_script()} (this installation); '
-        f"SQUIRREL_PASSPHRASE is set in this file; {FROM_HOME}",
+        f'✓ host config: {home / ".gemini" / "settings.json"}, entry "two\\nlines": runs {_script()} '
+        f"(this installation); {unlocks}; {FROM_HOME}",
     ]
 
 
@@ -214,8 +222,9 @@ def test_a_host_entry_whose_command_is_missing_fails_with_the_fix(
         "its command (not shown: it holds a `=`) is not found on PATH"
     )
     # The fix: the command this installation runs as (doctor runs here as `python -m squirrel_mcp`).
-    assert line.endswith(
-        f'→ set "command" to {json.dumps(sys.executable)} and "args" to ["-P", "-m", "squirrel_mcp"]'
+    assert (
+        f'→ set "command" to {json.dumps(sys.executable)} and "args" to ["-P", "-m", "squirrel_mcp"]; '
+        in line
     )
 
 
@@ -243,7 +252,7 @@ def test_a_config_that_does_not_parse_fails_naming_its_file_and_line(vault_env: 
         "→ correct that line: the host cannot read the file either"
     )
     assert hosts[1].startswith(f"✗ host config: {codex} is not valid TOML (line 2, column 11)")
-    assert hosts[2].startswith("✓ host config: no squirrel-mcp entry in an MCP host's config here")
+    assert hosts[2].startswith("– host config: no squirrel-mcp entry in an MCP host's config here")
 
 
 def test_no_entry_in_any_host_config_is_said_plainly(vault_env: dict[str, str]) -> None:
@@ -251,9 +260,10 @@ def test_no_entry_in_any_host_config_is_said_plainly(vault_env: dict[str, str]) 
     _write(home / ".cursor" / "mcp.json", json.dumps({"mcpServers": {"weather": _entry("/usr/bin/weather")}}))
     _code, lines = _doctor(vault_env)
     [line] = _hosts(lines)
+    # Nothing is set up, so nothing was checked: no ✓ (test_doctor_hosts.py has the exit code).
     assert line.startswith(
-        "✓ host config: no squirrel-mcp entry in an MCP host's config here "
-        "(Claude Desktop, Claude Code, Cursor, VS Code, Codex: 1 found); "
+        "– host config: no squirrel-mcp entry in an MCP host's config here "
+        "(Claude Desktop, Claude Code, Cursor, VS Code, Codex, Gemini CLI: 1 found); "
         'put in your MCP host\'s config: "command": '
     )
     assert "SQUIRREL_PASSPHRASE" in line and "weather" not in line
@@ -267,21 +277,28 @@ def test_project_files_uvx_entries_and_passphrases_not_in_the_file(
     bin_dir = tmp_path / "bin"
     uvx = _write(bin_dir / "uvx", "#!/bin/sh\n")
     uvx.chmod(0o755)
-    env = {**vault_env, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    env = {**vault_env, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", **NO_KEYCHAIN}
+    vault = vault_env["SQUIRREL_VAULT"]
+    assert run_cli(env, "init", "--no-keychain").returncode == 0
     # VS Code's file: its key is `servers`, and it may hold comments and trailing commas.
     vscode = _write(
         project / ".vscode" / "mcp.json",
         '{\n  // the passphrase is asked once\n  "servers": {"mine": '
         + json.dumps(
             _entry(
-                "uvx", "${input:squirrel-passphrase}", ["--from", "squirrel-mcp[embeddings]", "squirrel-mcp"]
+                "uvx",
+                "${input:squirrel-passphrase}",
+                ["--from", "squirrel-mcp[embeddings]", "squirrel-mcp"],
+                vault,
             )
         )
         + ",},\n}\n",
     )
     cursor = _write(
         project / ".cursor" / "mcp.json",
-        json.dumps({"mcpServers": {"squirrel-notes": {"command": str(_script())}}}),
+        json.dumps(
+            {"mcpServers": {"squirrel-notes": {"command": str(_script()), "env": {"SQUIRREL_VAULT": vault}}}}
+        ),
     )
     claude = _write(
         home / ".claude.json",
@@ -295,12 +312,13 @@ def test_project_files_uvx_entries_and_passphrases_not_in_the_file(
         f'✗ host config: {claude}, entry "squirrel-notes": runs {_script()} (this installation); '
         f"SQUIRREL_PASSPHRASE in its env is still <your passphrase>; {here} "
         "→ put your passphrase in place of <your passphrase>",
-        f'✓ host config: {cursor}, entry "squirrel-notes": runs {_script()} (this installation); '
-        "SQUIRREL_PASSPHRASE is not in its env: the server must get it elsewhere (the keychain, or the "
-        f"host's environment); {here}",
+        f'✗ host config: {cursor}, entry "squirrel-notes": runs {_script()} (this installation); '
+        "its env sets no SQUIRREL_PASSPHRASE and no keychain is usable here: the server starts only if the "
+        f"host's own environment sets it; {here} → put SQUIRREL_PASSPHRASE in its env, or keep it in the "
+        "keychain (`squirrel-mcp keychain store` with its SQUIRREL_VAULT)",
         f'✓ host config: {vscode}, entry "mine": runs through uvx, not this installation; '
-        "found on your PATH, which a host not started from your shell may not have; "
-        f"SQUIRREL_PASSPHRASE comes from a VS Code input, asked once; {here}",
+        f"found on your PATH, which a host not started from your shell may not have; the vault at {vault} "
+        f"holds an account; SQUIRREL_PASSPHRASE comes from a VS Code input, asked once (not tried); {here}",
     ]
 
 
@@ -330,11 +348,15 @@ def test_each_entry_says_which_project_its_host_will_be_in(vault_env: dict[str, 
     notes = tmp_path / "notes"
     notes.mkdir()
     script = json.dumps(str(_script()))
+    assert run_cli(vault_env, "init", "--no-keychain").returncode == 0
+    vault = vault_env["SQUIRREL_VAULT"]
+    unlocking = {"SQUIRREL_PASSPHRASE": PASSPHRASE, "SQUIRREL_VAULT": vault}
 
     def entry(name: str, project: str | None = None, cwd: Path | None = None) -> str:
+        env = unlocking | ({} if project is None else {"SQUIRREL_PROJECT": project})
         lines = [f"[mcp_servers.{name}]", f"command = {script}"]
         lines += [] if cwd is None else [f"cwd = {json.dumps(str(cwd))}"]
-        lines += [] if project is None else [f"env = {{ SQUIRREL_PROJECT = {json.dumps(project)} }}"]
+        lines += [f"env = {{ {', '.join(f'{key} = {json.dumps(value)}' for key, value in env.items())} }}"]
         return "\n".join(lines) + "\n"
 
     codex = _write(
@@ -350,15 +372,20 @@ def test_each_entry_says_which_project_its_host_will_be_in(vault_env: dict[str, 
         json.dumps(
             {
                 "servers": {
-                    "squirrel-notes": {"command": str(_script()), "env": {"SQUIRREL_PROJECT": "${input:p}"}}
+                    "squirrel-notes": {
+                        "command": str(_script()),
+                        "env": {**unlocking, "SQUIRREL_PROJECT": "${input:p}"},
+                    }
                 }
             }
         ),
     )
     code, lines = _doctor(vault_env, cwd=repository / "src")
     assert code == 1
-    # What each line says after its passphrase (none of these entries sets one).
-    said = [line.split("(the keychain, or the host's environment); ")[1] for line in _hosts(lines)]
+    # What each line says after its passphrase (each entry's unlocks).
+    said = [
+        line.split(f"its SQUIRREL_PASSPHRASE unlocks the vault at {vault}; ")[1] for line in _hosts(lines)
+    ]
     wrong = "correct SQUIRREL_PROJECT in its env (a name, or empty for none), or remove it: the folder says"
     assert said == [
         "project: what the host puts in SQUIRREL_PROJECT (its env holds a ${...} variable)",

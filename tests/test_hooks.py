@@ -29,6 +29,7 @@ from squirrel_mcp.core.hello import Hello, HookRequest, identity, settings
 from squirrel_mcp.server.hooks import RECALL_HEADER
 from tests import test_projects_detect as detect
 from tests.conftest import call, run_cli, secrets_of_this_test, server_params
+from tests.exports import export_of
 from tests.shared_support import channel_of, memory_process, memory_processes, wait_until
 from tests.test_projects_detect import Git, make_repo, needs_git
 
@@ -192,13 +193,7 @@ def filler_export() -> dict[str, Any]:
             "change": "created",
         }
         memories.append({"id": memory_id, "revisions": [revision]})
-    return {
-        "format": "squirrel-mcp-export",
-        "version": 1,
-        "exportedAt": "2026-11-30T00:00:00.000Z",
-        "exportedBy": "tests",
-        "memories": memories,
-    }
+    return export_of(memories)
 
 
 async def save_all(env: dict[str, str], place: Place) -> dict[str, str]:

@@ -22,7 +22,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from squirrel_mcp import __version__
-from tests.conftest import PASSPHRASE, call, host_env
+from tests.conftest import PASSPHRASE, call, default_vault, host_env
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,7 +61,8 @@ def fresh_venv(path: Path) -> Path:
 async def round_trip(bin_dir: Path, tmp_path: Path, ranking: str = "lexical") -> None:
     """The venv's own squirrel-mcp script, over stdio: save, then find it, ranked as expected."""
     env = {
-        "SQUIRREL_VAULT": str(tmp_path / "vault.sqlite3"),
+        # The default vault of this XDG_DATA_HOME: the server makes it at its first start.
+        **default_vault(tmp_path / "data"),
         "SQUIRREL_PASSPHRASE": PASSPHRASE,
         "SQUIRREL_MEMORY_CACHE_DIR": str(tmp_path / "cache"),
     }
@@ -104,7 +105,7 @@ async def search_and_tools(
     bin_dir: Path, tmp_path: Path, *, save: bool, ranking: str = "lexical"
 ) -> tuple[dict[str, Any], str]:
     """A search through the venv's own server (as `ranking` once it ranks so), and its tool list as JSON."""
-    env = {"SQUIRREL_VAULT": str(tmp_path / "ranked.sqlite3"), "SQUIRREL_PASSPHRASE": PASSPHRASE}
+    env = {**default_vault(tmp_path / "ranked"), "SQUIRREL_PASSPHRASE": PASSPHRASE}
     server = StdioServerParameters(command=str(bin_dir / "squirrel-mcp"), env=host_env(env))
     async with Client(server) as client:
         if save:

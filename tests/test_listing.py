@@ -21,6 +21,7 @@ from mcp import Client
 from squirrel_mcp.book.catalog import BULK_CHANGES, Catalog, Filters
 from squirrel_mcp.core.models import HALF_LIFE_DAYS, Revision
 from tests.conftest import call, run_cli, server_params
+from tests.exports import export_of
 
 CATEGORIES = sorted(HALF_LIFE_DAYS)
 # Few values, in several spellings: ties in time, shared entities and tags, case folding.
@@ -124,13 +125,7 @@ def exported_vault(rng: random.Random, count: int) -> dict[str, Any]:
             stamp = max(later.updatedAt, history[-1].updatedAt)
             history.append(later.model_copy(update={"createdAt": history[0].createdAt, "updatedAt": stamp}))
         memories.append({"id": memory_id, "revisions": [r.model_dump(mode="json") for r in history]})
-    return {
-        "format": "squirrel-mcp-export",
-        "version": 1,
-        "exportedAt": "2026-11-30T00:00:00.000Z",
-        "exportedBy": "tests",
-        "memories": memories,
-    }
+    return export_of(memories)
 
 
 def current_of(export: dict[str, Any]) -> list[Revision]:

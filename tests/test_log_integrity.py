@@ -29,6 +29,7 @@ from squirrel_mcp.keys.crypto import WrongPassphraseError
 from squirrel_mcp.storage import SealedRecord
 from squirrel_mcp.storage.local import LocalVault
 from tests.conftest import PASSPHRASE, call, call_error, run_cli, secrets_of_this_test, server_params
+from tests.exports import one_revision_each, write_export
 from tests.ui_support import create_vault, library, running_ui
 from tests.ui_support import save as ui_save
 
@@ -333,15 +334,7 @@ def tmp_export(env: dict[str, str]) -> Path:
         "revision": 1,
         "change": "created",
     }
-    export = {
-        "format": "squirrel-mcp-export",
-        "version": 1,
-        "exportedAt": "2026-01-01T00:00:00Z",
-        "exportedBy": "a test",
-        "memories": [{"id": revision["id"], "revisions": [revision]}],
-    }
-    path.write_text(json.dumps(export))
-    return path
+    return write_export(path, one_revision_each([revision]), exported_at="2026-01-01T00:00:00Z")
 
 
 @pytest.mark.anyio

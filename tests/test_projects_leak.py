@@ -10,7 +10,6 @@ holding that project alone (with the same 50 memories of none).
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 from mcp import Client
 
 from tests.conftest import call, run_cli, server_params
+from tests.exports import write_export
 
 pytestmark = pytest.mark.anyio
 
@@ -128,15 +128,7 @@ def memories(projects: list[str]) -> list[dict[str, Any]]:
 def vault(base: dict[str, str], folder: Path, projects: list[str]) -> dict[str, str]:
     """A vault at `folder` imported with the memories of `projects` and of none."""
     env = {**base, "SQUIRREL_VAULT": str(folder / "vault.sqlite3"), "XDG_CACHE_HOME": str(folder / "cache")}
-    export = {
-        "format": "squirrel-mcp-export",
-        "version": 1,
-        "exportedAt": "2026-11-30T00:00:00.000Z",
-        "exportedBy": "tests",
-        "memories": memories(projects),
-    }
-    file = folder / "export.json"
-    file.write_text(json.dumps(export), encoding="utf-8")
+    file = write_export(folder / "export.json", memories(projects))
     imported = run_cli(env, "import", "--create", str(file))
     assert imported.returncode == 0, imported.stderr
     return env

@@ -225,6 +225,9 @@ async def test_two_vaults_whose_paths_run_together_get_a_memory_process_each(
     }
     Path(f"{root}/a cache {root}").mkdir(parents=True)
     Path(f"{root}/b cache {root}/c").mkdir(parents=True)
+    # Made first: a server makes no vault at a path SQUIRREL_VAULT names.
+    for env in (one, two):
+        assert run_cli(env, "init").returncode == 0
     try:
         async with Client(server_params(one)) as first:
             await call(first, "save_memory", text="Ada keeps bees on the roof", entity="Ada", category="fact")

@@ -27,9 +27,9 @@ from mcp.client.stdio import StdioServerParameters
 from squirrel_mcp.cli.bridge import EARLY_ENDS
 from squirrel_mcp.cli.starting import MAX_LOG
 from squirrel_mcp.core.channel import Channel
-from tests.conftest import call, call_error, run_cli, secrets_of_this_test, server_params
+from tests.conftest import PASSPHRASE, call, call_error, run_cli, secrets_of_this_test, server_params
 from tests.shared_support import WITHIN, channel_of, memory_process, shared_host_env, wait_until
-from tests.test_doctor import CONFIG_PASSPHRASE, _doctor, _hosts, _write
+from tests.test_doctor import _doctor, _hosts, _write
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
@@ -174,6 +174,8 @@ async def test_a_relative_vault_is_the_hosts_folders_and_a_relative_directory_is
     other.mkdir()
     vault = folder / "notes" / "vault.sqlite3"
     relative = {**shared_env, "SQUIRREL_VAULT": "notes/vault.sqlite3", "SQUIRREL_MEMORY_MODEL_DIR": "model"}
+    # Made first in the host's folder: a server makes no vault at a path SQUIRREL_VAULT names.
+    assert run_cli(relative, "init", cwd=folder).returncode == 0
     with anyio.fail_after(WITHIN):
         async with Client(host(relative, folder)) as first:
             await call(first, "save_memory", text="Ada keeps bees on the roof", entity="Ada", category="fact")
@@ -249,7 +251,8 @@ def test_the_python_form_init_prints_has_P_and_doctor_reads_it(vault_env: dict[s
     server = json.loads(out[out.index("{") :])["mcpServers"]["squirrel-notes"]
     assert (server["command"], server["args"]) == (sys.executable, ["-P", "-m", "squirrel_mcp"])
     home = Path(vault_env["HOME"])
-    env = {"SQUIRREL_PASSPHRASE": CONFIG_PASSPHRASE}
+    env = {"SQUIRREL_PASSPHRASE": PASSPHRASE, "SQUIRREL_VAULT": vault_env["SQUIRREL_VAULT"]}
+    unlocks = f"its SQUIRREL_PASSPHRASE unlocks the vault at {vault_env['SQUIRREL_VAULT']}"
     servers = {
         "printed": {"command": server["command"], "args": server["args"], "env": env},
         "older": {"command": sys.executable, "args": ["-m", "squirrel_mcp"], "env": env},
@@ -260,11 +263,11 @@ def test_the_python_form_init_prints_has_P_and_doctor_reads_it(vault_env: dict[s
     # Each line then says the entry's project (tests/test_doctor.py holds those words).
     assert printed.startswith(
         f'✓ host config: {cursor}, entry "printed": runs {sys.executable} (this installation); '
-        "SQUIRREL_PASSPHRASE is set in this file; project: "
+        f"{unlocks}; project: "
     )
     assert older.startswith(
         f'✗ host config: {cursor}, entry "older": runs {sys.executable} (this installation), without -P: '
-        "Python imports first from the folder a host starts it in; SQUIRREL_PASSPHRASE is set in this file"
+        f"Python imports first from the folder a host starts it in; {unlocks}"
     )
     assert older.endswith(
         f'→ set "command" to {json.dumps(sys.executable)} and "args" to ["-P", "-m", "squirrel_mcp"], '

@@ -34,6 +34,7 @@ from squirrel_mcp.search.bm25 import search
 from squirrel_mcp.storage import SealedRecord
 from squirrel_mcp.storage.local import LocalVault
 from tests.conftest import call, run_cli, server_params
+from tests.exports import one_revision_each, write_export
 
 PASSPHRASE = "snapshot test pass phrase"
 CHEAP = crypto.KdfParams(salt=b"s" * crypto.SALT_BYTES, n=2**14)
@@ -402,18 +403,7 @@ def test_revisions_share_one_fields_set_that_no_change_alters(tmp_path: Path) ->
 def _export(path: Path, count: int, seed: int, start: int) -> Path:
     rng = random.Random(seed)
     memories = [memory(start + number, rng).model_dump() for number in range(count)]
-    path.write_text(
-        json.dumps(
-            {
-                "format": "squirrel-mcp-export",
-                "version": 1,
-                "exportedAt": "2026-11-30T00:00:00Z",
-                "exportedBy": "a test",
-                "memories": [{"id": m["id"], "revisions": [m]} for m in memories],
-            }
-        )
-    )
-    return path
+    return write_export(path, one_revision_each(memories))
 
 
 async def _answers(env: dict[str, str]) -> list[object]:

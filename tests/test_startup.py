@@ -22,7 +22,7 @@ from mcp import Client
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.keys import crypto
 from squirrel_mcp.storage.local import LocalVault
-from tests.conftest import PASSPHRASE, call_error, run_cli, secrets_of_this_test, server_params
+from tests.conftest import PASSPHRASE, call, call_error, run_cli, secrets_of_this_test, server_params
 from tests.sync.conftest import serve_on_loopback, start_sync_server
 
 CHEAP_KDF = crypto.KdfParams(salt=b"s" * crypto.SALT_BYTES, n=2**14)
@@ -153,6 +153,48 @@ async def test_no_passphrase_and_no_vault_creates_nothing(vault_env: dict[str, s
         line = await assert_every_call_fails_with(client, "SQUIRREL_PASSPHRASE is not set")
     assert server_lines() == [line]
     assert not Path(vault_env["SQUIRREL_VAULT"]).parent.exists()
+
+
+@pytest.mark.anyio
+async def test_a_vault_path_that_does_not_exist_is_every_calls_answer_and_nothing_is_made(
+    vault_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A mistyped SQUIRREL_VAULT is never made a new, empty vault that the agent would believe."""
+    typo = tmp_path / "vaults" / "vualt.sqlite3"
+    env = {**vault_env, "SQUIRREL_VAULT": str(typo)}
+    async with Client(server_params(env)) as client:
+        line = await assert_every_call_fails_with(
+            client, f"there is no vault at {typo}, the path SQUIRREL_VAULT"
+        )
+        for tool, arguments in (("list_memories", {}), ("get_memory", {"id": "0123456789abcdef"})):
+            assert await call_error(client, tool, **arguments) == line
+    assert server_lines() == [line]
+    assert "nothing was created" in line and "squirrel-mcp init" in line
+    assert not typo.parent.exists() and not Path(vault_env["SQUIRREL_VAULT"]).parent.exists()
+    # The commands refuse the same path in the same words, the page among them.
+    for command in (("list",), ("ui", "--no-browser")):
+        ran = run_cli(env, *command)
+        assert (ran.returncode, ran.stderr.decode()) == (1, f"{line}\n"), command
+    assert not typo.parent.exists()
+
+
+@pytest.mark.anyio
+async def test_a_first_start_at_the_default_location_makes_the_vault_and_says_so_once(
+    vault_env: dict[str, str],
+) -> None:
+    # SQUIRREL_VAULT unset: the default vault of this XDG_DATA_HOME, which vault_env names.
+    env = {k: v for k, v in vault_env.items() if k != "SQUIRREL_VAULT"}
+    vault = Path(vault_env["SQUIRREL_VAULT"])
+    async with Client(server_params(env)) as client:
+        first = await call(client, "get_context")
+        again = await call(client, "get_context")
+        searched = await call(client, "search_memory", query="bees")
+    assert (
+        first["note"] == f"Created a new vault at {vault} as this server started: it holds no memories yet."
+    )
+    assert again.get("note") is None and searched.get("note") is None
+    assert server_lines() == [f"squirrel-mcp: created a new vault at {vault}"]
+    assert vault.exists()
 
 
 COUNTS = (

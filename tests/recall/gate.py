@@ -1,7 +1,7 @@
 """The recall gate: lexical and hybrid search on the recall corpus, as the server runs them.
 
 `nox -s recall` runs it as `python -m tests.recall.gate`; so does tests/test_recall_gate.py,
-and so `nox -s tests`.
+and so `nox -s tests` (whose page goes to build/docs/recall.md).
 
 The 500 synthetic memories of tests/recall/ are imported into a throwaway vault;
 each query of the four sets (paraphrase, exact, ranking, scripts) is answered by
@@ -10,7 +10,8 @@ twice: with no plugin (lexical) and with the installed embeddings plugin loaded
 as the server loads it (hybrid, the real model). Before measuring, the plugin has
 started and embedded every memory, so no figure depends on the machine's speed.
 
-It writes docs/recall.md and fails (exit 1) unless:
+It writes its report (docs/recall.md under `nox -s recall`, build/docs/recall.md in a
+test run: scripts/figure_pages.py) and fails (exit 1) unless:
 - hybrid gains at least 15 points of recall@5 on paraphrased queries,
 - hybrid does not lose recall@5 on exact-word queries,
 - the ranking set and the scripts set reach lexical recall@5 of at least 0.8,
@@ -46,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import bench_locomo
 import bench_longmemeval
 import calibrate_floor
+import figure_pages
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "docs" / "recall.md"
@@ -109,8 +111,9 @@ def report(
     lines = [
         "# Recall",
         "",
-        "Written by `nox -s recall` (tests/recall/gate.py), which `nox -s tests`, and so `.ci/run`,",
-        f"also run. Measured on {len(CORPUS)} synthetic memories (tests/recall/, written by an AI agent,",
+        "Written by `nox -s recall` (tests/recall/gate.py); `nox -s tests` runs the same gate and writes",
+        "build/docs/recall.md. Measured on "
+        f"{len(CORPUS)} synthetic memories (tests/recall/, written by an AI agent,",
         f"no user data) with the model {model}, through `squirrel_mcp.server.searching.run_search`,",
         "the code behind the search_memory tool: lexical = no plugin, hybrid = the embeddings plugin",
         "loaded as the server loads it, after it embedded every memory. The gate took",
@@ -250,7 +253,7 @@ def main() -> int:
     conditions = gate(figures)
     text = report(figures, conditions, model, time.monotonic() - began) + locomo_section()
     text += longmemeval_section()
-    REPORT.write_text(text, encoding="utf-8")
+    figure_pages.write_page(REPORT, ROOT, text)
     print(text)
     if not all(held for _, held in conditions):
         print("recall gate: FAILED (see above)", file=sys.stderr)

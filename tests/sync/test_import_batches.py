@@ -23,6 +23,7 @@ from typing import Any
 from squirrel_mcp.storage.wire import MAX_RECORDS_PER_APPEND
 from squirrel_mcp.syncserver.app import Limits
 from tests.conftest import run_cli, secrets_of_this_test
+from tests.exports import export_of
 from tests.sync.conftest import start_sync_server
 from tests.sync.test_remote_cli import remote_env
 
@@ -60,13 +61,7 @@ def export_file(count: int) -> dict[str, Any]:
                 }
             )
         memories.append({"id": memory_id, "revisions": revisions})
-    return {
-        "format": "squirrel-mcp-export",
-        "version": 1,
-        "exportedAt": "2026-11-30T00:00:00.000Z",
-        "exportedBy": "tests",
-        "memories": memories,
-    }
+    return export_of(memories)
 
 
 def requests_in(log: Path, method: str) -> int:

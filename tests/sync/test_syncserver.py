@@ -479,6 +479,15 @@ def admin(statement: str) -> None:
         connection.execute(statement)
 
 
+def admin_count(query: str) -> int:
+    import psycopg
+
+    with psycopg.connect(os.environ["SQUIRREL_TEST_POSTGRES_URL"], autocommit=True) as connection:
+        row = connection.execute(query).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def test_connections_cut_by_postgresql_are_replaced_unnoticed(
     postgres_server: tuple[SyncServer, str],
 ) -> None:
@@ -486,6 +495,11 @@ def test_connections_cut_by_postgresql_are_replaced_unnoticed(
     assert server.post("/v1/account", new_account()).status_code == 201
     # What a PostgreSQL restart or an idle timeout does to the server's pooled connections.
     admin(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'")
+    # Only once they are gone is every pooled connection certainly a dead one.
+    deadline = time.monotonic() + 60
+    while admin_count(f"SELECT count(*) FROM pg_stat_activity WHERE datname = '{name}'"):
+        assert time.monotonic() < deadline, "the terminated backends never went away"
+        time.sleep(0.05)
     assert server.post("/v1/records", {"records": [record(memory_id(), 1)]}).status_code == 201
     assert len(all_changes(server)) == 1
 

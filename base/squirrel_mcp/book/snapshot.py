@@ -66,7 +66,9 @@ from squirrel_mcp.text import stopwords, tokens
 
 # The key that seals snapshots: crypto.derive_key(data key, PURPOSE).
 PURPOSE = "state-snapshot"
-FORMAT = 1
+# Raised whenever FIELDS changes (2: a revision's project): a snapshot of another format
+# is not read, and the store rebuilds it from the log once.
+FORMAT = 2
 # A store writes a snapshot once it has decrypted this many records beyond the one it read.
 STALE_RECORDS = 1000
 # A revision is stored as the list of its fields' values, in this order.

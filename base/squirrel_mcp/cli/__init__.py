@@ -14,5 +14,7 @@ background.py  the unlock in a thread, for both servers
 browse.py    `search`, `list`, `show`: the server's own tools, called in process
 doctor.py    `doctor`: one line per check, each with its fix
 hosts.py     the MCP hosts' config files `doctor` reads, and their squirrel-mcp entries
+host_checks.py  `doctor`'s line for each of those entries (or for none)
+entry_unlock.py  whether an entry's account unlocks with its own env and the keychain
 progress.py  the progress bar on a terminal
 """

@@ -26,10 +26,11 @@ def open_in_background(config: Config, host: PluginHost, opening: Opening, servi
     the building of the tools and slow the answer to the handshake.
     """
     opening.wait_until_serving(serving_wait)
-    from squirrel_mcp.cli.unlock import error_line, open_store
+    from squirrel_mcp.cli.unlock import error_line, open_store, server_creates
 
+    news: list[str] = []
     try:
-        store = open_store(config, create=True)
+        store = open_store(config, create=server_creates(config), created=news.append)
     except Exception as error:
         line = error_line(error)
         if line is None:
@@ -44,4 +45,4 @@ def open_in_background(config: Config, host: PluginHost, opening: Opening, servi
         return
     # The plugins start only on an unlocked store: they read memories through it.
     host.start(config, store)
-    opening.opened(store)
+    opening.opened(store, news=news[0] if news else None)

@@ -4,21 +4,25 @@ One line per check, ✓ or ✗, a failed one with its fix: the settings, the vau
 or the sync server, the passphrase, the log's integrity (it must extend what this
 machine saw of it; `--accept-log` accepts it as it is), the plugins, each plugin's own checks (the
 `doctor_checks` hook: the embeddings plugin checks its model and vector file),
-and the command an MCP host's config must run, with the project each host's entry
-will be in. Exit status 0 when every check passed, 1 when any failed.
+each MCP host's entry tried as that host will run it (squirrel_mcp.cli.host_checks),
+and the hooks. What doctor could not check is marked `–`, neither passed nor failed:
+no host entry anywhere, or no passphrase to try. Exit status 0 when no check
+failed, 1 when any did.
 
 It prints paths, names and counts only: never memory text, a passphrase, a key
-or any value of a host config's env but SQUIRREL_PROJECT's (a project's name).
+or any value of a host config's env but SQUIRREL_PROJECT's (a project's name),
+SQUIRREL_VAULT's path and the sync server's address.
 
-A host's project is SQUIRREL_PROJECT when its entry's env sets it, else the
-project of the folder the host starts squirrel-mcp in. A config rarely says that
-folder (Codex's `cwd` key, when an entry has it), so the line says so and names the
-project this folder would be, as a host started here would see it (from the
-folder alone: a host's environment is not this shell's).
+The passphrase comes from SQUIRREL_PASSPHRASE, else from the OS keychain, else from
+a host's entry whose passphrase unlocks the same account (doctor has just read and
+tried it: it is not asked again), else is asked on the terminal; without a terminal
+it is not tried. The keychain's line says whether the entry kept there still
+unlocks the account (squirrel_mcp.cli.keychain.state).
 
-The passphrase comes from SQUIRREL_PASSPHRASE, else from the OS keychain, else is
-asked on the terminal; the keychain's line says which, and whether the entry kept
-there still unlocks the account (squirrel_mcp.cli.keychain.state).
+The account checked is the one this shell's settings name. When they name none
+(no SQUIRREL_VAULT, no SQUIRREL_API_BASE_URL) and the default vault does not
+exist, it is that of the first host entry that unlocks: the vault a host uses,
+rather than one nothing uses.
 """
 
 from __future__ import annotations
@@ -27,9 +31,7 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import sys
-import sysconfig
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -40,33 +42,34 @@ from squirrel_mcp.book.errors import NoAccountError
 from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.book.reader import MemoryReader
 from squirrel_mcp.cli import hosts, keychain
-from squirrel_mcp.cli.account import server_command
+from squirrel_mcp.cli.entry_unlock import EntryTrials, stored_account
 from squirrel_mcp.cli.hooks_check import hook_checks
+from squirrel_mcp.cli.host_checks import Unchecked, check_hosts
 from squirrel_mcp.cli.unlock import (
     USER_ERRORS,
     StaleKeychainError,
     from_keychain,
-    open_storage,
     open_store,
 )
 from squirrel_mcp.core.config import Config, ConfigError, location
-from squirrel_mcp.core.projects import PROJECT_VARIABLE, ProjectError, session_project
 from squirrel_mcp.keys.crypto import WrongPassphraseError
 from squirrel_mcp.plugins.checks import Check
 from squirrel_mcp.plugins.manager import DEFAULT_PLUGINS, get_plugin_manager, load_plugins, one_plugin_caller
 from squirrel_mcp.storage import StorageError
 
 INIT_FIX = "run `squirrel-mcp init` to create it"
-HOSTS = "Claude Desktop, Claude Code, Cursor, VS Code, Codex"
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def check_config(config: Config) -> Check:
-    """The SQUIRREL_* settings make sense together."""
+def check_config(config: Config, whose: str = "") -> Check:
+    """The SQUIRREL_* settings make sense together; `whose`: the host entry they are taken from, if any."""
     try:
         config.check()
     except ConfigError as error:
         return Check("config", False, str(error), "correct the variable it names")
     where = "a sync server" if config.remote else "the local vault"
+    if whose:
+        where += f" of {whose} (this shell names none, and the default vault does not exist)"
     return Check("config", True, f"memories kept in {where}")
 
 
@@ -74,11 +77,7 @@ def check_storage(config: Config) -> Check:
     """The vault is there and holds an account, or the sync server answers and holds this key's."""
     name = "sync server" if config.remote else "vault"
     try:
-        storage = open_storage(config, create=False)
-        try:
-            account = storage.load_account()
-        finally:
-            storage.close()
+        account = stored_account(config)
     except StorageError as error:
         fix = (
             "start the sync server, or correct SQUIRREL_API_BASE_URL and SQUIRREL_API_KEY"
@@ -92,8 +91,26 @@ def check_storage(config: Config) -> Check:
     return Check(name, True, f"{location(config)} {found}")
 
 
-def check_passphrase(config: Config) -> tuple[Check, MemoryStore | None]:
-    """The passphrase (SQUIRREL_PASSPHRASE, or asked on a terminal) unlocks the account."""
+def check_passphrase(config: Config, trials: EntryTrials) -> tuple[Check, MemoryStore | None]:
+    """The passphrase unlocks the account: SQUIRREL_PASSPHRASE or the keychain's, a host entry's, or asked.
+
+    A host entry's passphrase that unlocked the same account is used rather than asked for
+    again; with none of them and no terminal, the check is `Unchecked`.
+    """
+    whose = ""
+    if not config.passphrase:
+        found = same_account(config, trials)
+        if found is not None:
+            entry, unlocked = found
+            config = config._replace(passphrase=unlocked.passphrase)
+            whose = f" with the passphrase of {_named(entry)}"
+        elif not sys.stdin.isatty():
+            return Unchecked(
+                "passphrase",
+                f"not tried: nothing here gives the passphrase of {location(config)} (neither "
+                "SQUIRREL_PASSPHRASE, the keychain nor a host entry that unlocks it) and there is no "
+                "terminal to ask on",
+            ), None
     try:
         store = open_store(config, create=False)
     except StaleKeychainError as error:
@@ -111,7 +128,47 @@ def check_passphrase(config: Config) -> tuple[Check, MemoryStore | None]:
             fix = "fix the vault or sync server line first"
         return Check("passphrase", False, str(error), fix), None
     count = len(store.current())
-    return Check("passphrase", True, f"unlocks the account ({count} memories)"), store
+    return Check("passphrase", True, f"unlocks the account ({count} memories){whose}"), store
+
+
+def same_account(config: Config, trials: EntryTrials) -> tuple[hosts.Entry, Config] | None:
+    """The first host entry whose settings unlocked the account `config` names, and those settings."""
+    for entry, unlocked in trials.unlocked:
+        server = (unlocked.api_base_url, unlocked.api_key)
+        if config.remote and server == (config.api_base_url, config.api_key):
+            return entry, unlocked
+        if not config.remote and not unlocked.remote and _same_file(unlocked.vault_path, config.vault_path):
+            return entry, unlocked
+    return None
+
+
+def _same_file(one: Path, other: Path) -> bool:
+    try:
+        return one.resolve() == other.resolve()
+    except OSError:
+        return one.absolute() == other.absolute()
+
+
+def account_to_check(config: Config, environ: Mapping[str, str], trials: EntryTrials) -> tuple[Config, str]:
+    """The settings whose account doctor checks, and the host entry they come from ("": this shell's).
+
+    This shell's, unless they name no account and the default vault does not exist while a
+    host's entry unlocks one: then that entry's.
+    """
+    named = environ.get("SQUIRREL_VAULT") or environ.get("SQUIRREL_API_BASE_URL")
+    if named or os.path.lexists(config.vault_path) or not trials.unlocked:
+        return config, ""
+    entry, unlocked = trials.unlocked[0]
+    # Without its secrets: the keychain, then that entry's passphrase, are found again as for the
+    # shell's own settings, and the lines say where the passphrase came from.
+    api_key = None if "API key" in unlocked.from_keychain else unlocked.api_key
+    bare = unlocked._replace(passphrase=None, api_key=api_key, from_keychain=frozenset())
+    return bare, _named(entry)
+
+
+def _named(entry: hosts.Entry) -> str:
+    """The entry as a line names it: its file, and its name quoted (escaped: a line stays one line)."""
+    return f"{entry.where}, entry {json.dumps(entry.name, ensure_ascii=False)}"
 
 
 def check_log(store: MemoryStore, *, accept: bool) -> Check:
@@ -172,236 +229,36 @@ def plugin_checks(pm: pluggy.PluginManager, config: Config, store: MemoryStore |
     return checks
 
 
-def check_host_command(config: Config, *, found: int) -> Check:
-    """No host's config has an entry (`found` files were read): the block to put in one.
-
-    It fails when the command `init` prints cannot be run.
-    """
-    command, args = server_command()
-    env = [] if "passphrase" in config.from_keychain else ["SQUIRREL_PASSPHRASE"]
-    if config.remote:
-        env += ["SQUIRREL_API_BASE_URL"]
-        env += [] if "API key" in config.from_keychain else ["SQUIRREL_API_KEY"]
-    elif config.vault_path != Config.from_env({}).vault_path:
-        env.append(f"SQUIRREL_VAULT={config.vault_path}")
-    where = f"{found} found" if found else "none found"
-    detail = (
-        f"no squirrel-mcp entry in an MCP host's config here ({HOSTS}: {where}); "
-        f'put in your MCP host\'s config: "command": {json.dumps(command)}, "args": {json.dumps(args)}, '
-        f'"env": {", ".join(env) or "none"} (`squirrel-mcp init` printed the whole block)'
-    )
-    path = Path(command)
-    if path.is_absolute() and not (path.is_file() and os.access(path, os.X_OK)):
-        return Check("host config", False, detail, f"{command} cannot be run; reinstall squirrel-mcp")
-    return Check("host config", True, detail)
-
-
-def check_hosts(config: Config, environ: dict[str, str]) -> list[Check]:
-    """One check per squirrel-mcp entry of the hosts' configs, and per file that cannot be read.
-
-    With no entry anywhere, the one check of `check_host_command`.
-    """
-    cwd = Path.cwd()
-    here = folder_project(cwd)
-    checks: list[Check] = []
-    seen: set[Path] = set()
-    entries = 0
-    for file in hosts.host_files(environ, Path.home(), cwd):
-        try:
-            if not file.path.exists():
-                continue
-            # The current directory may be the home directory: one file, read once.
-            real = file.path.resolve()
-        except OSError as error:
-            fix = "check the owner and permissions of its folders"
-            checks.append(Check("host config", False, f"{file.path} cannot be read ({error.strerror})", fix))
-            continue
-        if real in seen:
-            continue
-        seen.add(real)
-        found, unreadable = hosts.read_host_file(file, cwd)
-        if unreadable is not None:
-            detail = f"{unreadable.path} {unreadable.problem}"
-            checks.append(Check("host config", not unreadable.fix, detail, unreadable.fix))
-        checks += [check_entry(entry, environ, here) for entry in found]
-        entries += len(found)
-    if not entries:
-        checks.append(check_host_command(config, found=len(seen)))
-    return checks
-
-
-def check_entry(entry: hosts.Entry, environ: Mapping[str, str], here: str = "") -> Check:
-    """An entry's command can be run (which one it runs), where its passphrase comes from, its project.
-
-    `here`: the project a host started in this folder would be in, as `folder_project` says it.
-    """
-    this_command, this_args = server_command()
-    use_this = f'set "command" to {json.dumps(this_command)}'
-    if this_args:
-        use_this += f' and "args" to {json.dumps(this_args)}'
-    head = f"{entry.where}, entry {json.dumps(entry.name, ensure_ascii=False)}:"
-    if entry.command is None:
-        return Check("host config", False, f"{head} has no command", use_this)
-    launcher = _launcher(entry.command, entry.args)
-    path, problem = _resolve(entry.command, environ)
-    fixes = []
-    if path is None:
-        runs = problem
-        if launcher is not None:
-            fixes.append(f"install {LAUNCHED_BY[launcher]}, or give its absolute path, or {use_this}")
-        elif problem.endswith("not executable"):
-            fixes.append(f"make it executable (chmod +x), or {use_this}")
-        else:
-            fixes.append(use_this)
-    elif launcher is not None:
-        runs = f"runs through {launcher}, not this installation"
-    elif _is_this_installation(path, entry.args):
-        runs = f"runs {path} (this installation)"
-        if entry.args[:2] == ["-m", "squirrel_mcp"]:
-            runs += ", without -P: Python imports first from the folder a host starts it in"
-            fixes.append(f"{use_this}, so that no `json.py` or plugin of that folder runs in it")
-    else:
-        runs = f"runs {path}, not this installation (that is {' '.join([this_command, *this_args])})"
-    if path is not None and path != Path(entry.command):
-        runs += "; found on your PATH, which a host not started from your shell may not have"
-    elif path is not None and not path.is_absolute():
-        runs += "; a relative path, found from this directory, which a host may not start it in"
-    said, fix = PASSPHRASE_SAID[entry.passphrase]
-    fixes += [fix] if fix else []
-    project, project_fix = project_said(entry, here)
-    fixes += [project_fix] if project_fix else []
-    return Check("host config", not fixes, f"{head} {runs}; {said}; {project}", "; ".join(fixes))
-
-
-def folder_project(folder: Path) -> str:
-    """The project of a host started in `folder`, from the folder alone, as a line says it."""
-    try:
-        project = session_project({}, folder)
-    except ProjectError:
-        return f"a project its path cannot name (so set {PROJECT_VARIABLE})"
-    except OSError:
-        return "not known (the folder cannot be read)"
-    return "none" if project is None else project
-
-
-def project_said(entry: hosts.Entry, here: str) -> tuple[str, str]:
-    """Which project the entry's host will be in, and the fix when its SQUIRREL_PROJECT is wrong."""
-    value = entry.project
-    fix = f"correct {PROJECT_VARIABLE} in its env (a name, or empty for none), or remove it: the folder says"
-    if isinstance(value, str) and "${" in value:
-        # VS Code fills in its variables (${workspaceFolder}, an input) as it starts the server.
-        return f"project: what the host puts in {PROJECT_VARIABLE} (its env holds a ${{...}} variable)", ""
-    if isinstance(value, str):
-        try:
-            project = session_project({PROJECT_VARIABLE: value}, Path.cwd())
-        except ProjectError as error:
-            return f"project: {error} (in its env)", fix
-        return f"project: {project or 'none'} ({PROJECT_VARIABLE} in its env)", ""
-    if value is not None:
-        return f"project: {PROJECT_VARIABLE} in its env is not text", fix
-    if entry.cwd is not None and os.path.isabs(entry.cwd) and os.path.isdir(entry.cwd):
-        return f"project: {folder_project(Path(entry.cwd))} (that of its cwd)", ""
-    return (
-        "project: that of the folder the host starts it in, which its config does not say "
-        f"(started in this folder: {here})",
-        "",
-    )
-
-
-LAUNCHED_BY = {"uvx": "uv (it provides uvx)", "pipx run": "pipx"}
-
-PASSPHRASE_SAID: dict[hosts.Passphrase, tuple[str, str]] = {
-    hosts.Passphrase.SET: ("SQUIRREL_PASSPHRASE is set in this file", ""),
-    hosts.Passphrase.ABSENT: (
-        "SQUIRREL_PASSPHRASE is not in its env: the server must get it elsewhere (the keychain, or the "
-        "host's environment)",
-        "",
-    ),
-    hosts.Passphrase.VSCODE_INPUT: ("SQUIRREL_PASSPHRASE comes from a VS Code input, asked once", ""),
-    hosts.Passphrase.EMPTY: (
-        "SQUIRREL_PASSPHRASE in its env is empty or not a string",
-        "put your passphrase there, or remove the variable",
-    ),
-    hosts.Passphrase.PLACEHOLDER: (
-        f"SQUIRREL_PASSPHRASE in its env is still {hosts.PLACEHOLDER}",
-        f"put your passphrase in place of {hosts.PLACEHOLDER}",
-    ),
-}
-
-
-def _resolve(command: str, environ: Mapping[str, str]) -> tuple[Path | None, str]:
-    """The file `command` runs (a bare name looked up on PATH), or None and what is wrong."""
-    # A command that sets a variable (`X=… squirrel-mcp`) may hold a secret: not shown.
-    shown = re.sub(r"[\x00-\x1f\x7f]", "?", command)
-    if "=" in command:
-        shown = "its command (not shown: it holds a `=`)"
-    if not re.search(r"[/\\]", command):
-        found = shutil.which(command, path=environ.get("PATH", os.defpath))
-        return (Path(found), "") if found else (None, f"{shown} is not found on PATH")
-    path = Path(command)
-    try:
-        if not path.exists():
-            return None, f"{shown} does not exist"
-    except OSError as error:
-        return None, f"{shown} cannot be reached ({error.strerror})"
-    if not path.is_file() or not os.access(path, os.X_OK):
-        return None, f"{shown} is not executable"
-    return path, ""
-
-
-def _launcher(command: str, args: list[str]) -> str | None:
-    """The launcher (uvx, pipx run) when the command installs squirrel-mcp as it starts it."""
-    name = re.split(r"[/\\]", command)[-1].lower().removesuffix(".exe")
-    if name == "uvx" or (name == "uv" and args[:2] == ["tool", "run"]):
-        return "uvx"
-    if name == "pipx" and args[:1] == ["run"]:
-        return "pipx run"
-    return None
-
-
-def _is_this_installation(path: Path, args: list[str]) -> bool:
-    """`path` is this interpreter's squirrel-mcp script, or this interpreter with `[-P] -m squirrel_mcp`."""
-    real = os.path.realpath(path)
-    if (args[1:] if args[:1] == ["-P"] else args)[:2] == ["-m", "squirrel_mcp"]:
-        # Not resolved alone: a venv's python links to an interpreter that lacks squirrel_mcp.
-        python = Path(sys.executable).absolute()
-        return path.absolute().parent == python.parent and real == os.path.realpath(python)
-    if args:
-        return False
-    user = sysconfig.get_preferred_scheme("user")
-    folders = {sysconfig.get_path("scripts"), sysconfig.get_path("scripts", user)}
-    scripts = [Path(folder) / name for folder in folders for name in ("squirrel-mcp", "squirrel-mcp.exe")]
-    command, own_args = server_command()
-    if not own_args:
-        scripts.append(Path(command))
-    return any(script.is_file() and os.path.realpath(script) == real for script in scripts)
-
-
 def run(config: Config, environ: dict[str, str] | None = None, *, accept_log: bool = False) -> int:
-    """Run every check, print one line each on stdout; 0 when all passed, else 1.
+    """Run every check, print one line each on stdout; 1 when any failed, else 0.
 
     With `accept_log`, the log's check accepts the log as it is now (`--accept-log`).
     """
     environ = dict(os.environ) if environ is None else environ
+    # The hosts' entries are tried first: the passphrase check uses one that unlocked.
+    trials = EntryTrials()
+    entry_checks = check_hosts(config, environ, trials)
+    config, whose = account_to_check(config, environ, trials)
     # An unusable SQUIRREL_API_BASE_URL is left as it is: the config check says what is wrong.
     with contextlib.suppress(ConfigError):
         config = from_keychain(config)
-    checks = [check_config(config)]
+    checks = [check_config(config, whose)]
     store = None
     if checks[0].ok:
         checks.append(check_storage(config))
         if checks[-1].ok:
             checks.append(keychain.state(config))
-            passphrase, store = check_passphrase(config)
+            passphrase, store = check_passphrase(config, trials)
             checks.append(passphrase)
             if store is not None:
                 checks.append(check_log(store, accept=accept_log))
     loaded, pm = check_plugins(environ)
     checks += loaded
     checks += plugin_checks(pm, config, store)
-    checks += check_hosts(config, environ)
+    checks += entry_checks
     checks += hook_checks(environ, Path.home(), Path.cwd())
     for check in checks:
-        print(check.line())
+        # A path from a host's config may hold a line break: each check stays one line.
+        print(CONTROL_CHARACTERS.sub("?", check.line()))
     sys.stdout.flush()
     return 0 if all(check.ok for check in checks) else 1

@@ -1,13 +1,13 @@
 """The MCP hosts' config files on this machine, and the squirrel-mcp entries in them.
 
 `squirrel-mcp doctor` reads the files the hosts keep (Claude Desktop, Claude Code,
-Cursor, VS Code, Codex; the project files of Cursor and VS Code from the current
-directory) and finds each entry that runs squirrel-mcp: one named as `init`'s
+Cursor, VS Code, Codex, Gemini CLI; the project files of Claude Code, Cursor, VS Code
+and Gemini CLI from the current directory) and finds each entry that runs squirrel-mcp: one named as `init`'s
 block names it, or whose command or arguments name squirrel-mcp.
 
-Only names are kept of an entry's `env`, never a value (the file holds the
-passphrase), except SQUIRREL_PROJECT's: a project's name, which doctor says. A
-file is read only when it is a regular file of at most MAX_CONFIG_BYTES; a file
+An entry keeps the text values of its `env` (`Entry.env`, hidden from its repr):
+doctor tries them as the server the host starts would, and shows no secret of them.
+A file is read only when it is a regular file of at most MAX_CONFIG_BYTES; a file
 that does not parse is reported by its line and column, never by its content.
 """
 
@@ -19,7 +19,7 @@ import re
 import sys
 import tomllib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Literal
@@ -34,6 +34,8 @@ Format = Literal["json", "jsonc", "toml"]
 # requirement for uvx or pipx (`squirrel-mcp[embeddings]`, `squirrel-mcp==1.0`).
 _RUNS_SQUIRREL = re.compile(r"squirrel[-_]mcp(\.exe)?(\[[^\]]*\])?([=<>!~@].*)?", re.IGNORECASE)
 _TRAILING_COMMA = re.compile(r",\s*[}\]]")
+# A value the host replaces as it starts the server: `${NAME}`, `${env:NAME}` (Cursor, VS Code), `$NAME`.
+_HOST_VARIABLE = re.compile(r"\$\{[^}]+\}|^\$[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class Passphrase(Enum):
     EMPTY = "empty"
     PLACEHOLDER = "placeholder"
     VSCODE_INPUT = "input"
+    # `${VAR}`, `${env:VAR}`, `$VAR`: a value the host fills in from its own environment as it starts it.
+    HOST_VARIABLE = "variable"
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,8 @@ class Entry:
     `project` is SQUIRREL_PROJECT in its env as the file has it (None: absent or null, which
     VS Code reads as unset; any other JSON or TOML value as parsed); `cwd` is the folder its
     config says the host starts it in (Codex's entries may have the key), when it is text.
+    `host` names the host ("Codex"); `env` holds the text values of its env, the passphrase among
+    them: never shown (it is left out of the repr), only tried.
     """
 
     where: str
@@ -72,6 +78,8 @@ class Entry:
     passphrase: Passphrase
     project: object = None
     cwd: str | None = None
+    host: str = ""
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,8 @@ def host_files(environ: Mapping[str, str], home: Path, cwd: Path) -> list[HostFi
         desktop = app_data / "Claude" / "claude_desktop_config.json"
         files.append(HostFile("Claude Desktop", desktop, "json", "mcpServers"))
     files.append(HostFile("Claude Code", home / ".claude.json", "json", "mcpServers"))
+    # `claude mcp add -s project` writes the project's own file, shared with its repository.
+    files.append(HostFile("Claude Code", cwd / ".mcp.json", "json", "mcpServers"))
     files.append(HostFile("Cursor", home / ".cursor" / "mcp.json", "json", "mcpServers"))
     files.append(HostFile("Cursor", cwd / ".cursor" / "mcp.json", "json", "mcpServers"))
     # VS Code's own files allow comments and trailing commas.
@@ -101,6 +111,9 @@ def host_files(environ: Mapping[str, str], home: Path, cwd: Path) -> list[HostFi
         files.append(HostFile("VS Code", app_data / "Code" / "User" / "mcp.json", "jsonc", "servers"))
     files.append(HostFile("VS Code", cwd / ".vscode" / "mcp.json", "jsonc", "servers"))
     files.append(HostFile("Codex", home / ".codex" / "config.toml", "toml", "mcp_servers"))
+    # Gemini CLI's settings allow comments too.
+    files.append(HostFile("Gemini CLI", home / ".gemini" / "settings.json", "jsonc", "mcpServers"))
+    files.append(HostFile("Gemini CLI", cwd / ".gemini" / "settings.json", "jsonc", "mcpServers"))
     return files
 
 
@@ -138,13 +151,13 @@ def read_host_file(file: HostFile, cwd: Path) -> tuple[list[Entry], Unreadable |
         return [], Unreadable(path, problem, "correct that line: the host cannot read the file either")
     if not isinstance(data, dict):
         return [], Unreadable(path, "does not hold a JSON object", "make it one object, as the README shows")
-    entries = list(_entries(data.get(file.key), str(path)))
+    entries = list(_entries(data.get(file.key), str(path), file.host))
     if file.host == "Claude Code":
         # `claude mcp add` without `-s user` keeps the entry under the project's directory.
         projects = data.get("projects")
         project = projects.get(str(cwd)) if isinstance(projects, dict) else None
         if isinstance(project, dict):
-            entries += _entries(project.get(file.key), f"{path} (project {cwd})")
+            entries += _entries(project.get(file.key), f"{path} (project {cwd})", file.host)
     return entries, None
 
 
@@ -195,7 +208,7 @@ def _strip_jsonc(text: str) -> str:
     return "".join(out)
 
 
-def _entries(servers: object, where: str) -> Iterator[Entry]:
+def _entries(servers: object, where: str, host: str) -> Iterator[Entry]:
     """The squirrel-mcp entries of a host's table of servers."""
     if not isinstance(servers, dict):
         return
@@ -219,6 +232,8 @@ def _entries(servers: object, where: str) -> Iterator[Entry]:
             _passphrase(env.get("SQUIRREL_PASSPHRASE")),
             env.get("SQUIRREL_PROJECT"),
             cwd if isinstance(cwd, str) else None,
+            host,
+            {str(key): value for key, value in env.items() if isinstance(value, str)},
         )
 
 
@@ -235,4 +250,6 @@ def _passphrase(value: object) -> Passphrase:
         return Passphrase.PLACEHOLDER
     if value.startswith("${input:"):
         return Passphrase.VSCODE_INPUT
+    if _HOST_VARIABLE.search(value):
+        return Passphrase.HOST_VARIABLE
     return Passphrase.SET

@@ -112,7 +112,10 @@ def state(config: Config) -> Check:
         return Check("keychain", False, f"entry {entry} cannot be read: {problem}")
     if config.passphrase is None:
         return Check(
-            "keychain", True, f"no entry {entry}: the passphrase is set in SQUIRREL_PASSPHRASE or typed"
+            "keychain",
+            True,
+            f"no entry {entry}: the passphrase is set in SQUIRREL_PASSPHRASE (a host's config, in its env) "
+            "or typed",
         )
     try:
         unlocks(config, config.passphrase)

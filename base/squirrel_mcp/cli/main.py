@@ -17,8 +17,8 @@
     squirrel-mcp search Q   search your memories as an agent does (also: list, show ID; --json;
                             --project NAME, "" or "*": every project unless said)
     squirrel-mcp projects   the projects with their memories' counts, and the one this folder is in
-    squirrel-mcp doctor     one line per check, each with its fix, and the project each host's
-                            config will be in; exit 1 when any fails
+    squirrel-mcp doctor     one line per check, each with its fix; each host's entry tried with
+                            its own env (does it unlock? which project?); exit 1 when any fails
                             (--accept-log: accept the memory log as it is now, after its check failed)
     squirrel-mcp ui         a page on 127.0.0.1 to see, search, correct and forget memories
     squirrel-mcp --version
@@ -103,8 +103,8 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
     hooks_install.add_commands(commands)
     doctor = commands.add_parser(
         "doctor",
-        help="check the settings, vault or sync server, passphrase, log, plugins and host command "
-        "(with the project each host will be in)",
+        help="check the settings, vault or sync server, passphrase, log, plugins, and each MCP host's entry "
+        "as the host will run it (its command, whether its own env unlocks, its project)",
     )
     doctor.add_argument(
         "--accept-log",

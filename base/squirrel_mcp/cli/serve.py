@@ -85,11 +85,12 @@ def cmd_serve(config: Config, pm: pluggy.PluginManager, bridged: str | None = NO
         log_line(bridged)
         opening.failed(f"squirrel-mcp: {bridged}")
     elif at_terminal:
-        from squirrel_mcp.cli.unlock import open_store
+        from squirrel_mcp.cli.unlock import open_store, server_creates
 
-        store = open_store(config, create=True)
+        news: list[str] = []
+        store = open_store(config, create=server_creates(config), created=news.append)
         host.start(config, store)
-        opening.opened(store)
+        opening.opened(store, news=news[0] if news else None)
     else:
         # A daemon: a client that closes the server mid-unlock must not wait for the unlock to end.
         threading.Thread(

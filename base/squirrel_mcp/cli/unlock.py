@@ -11,6 +11,7 @@ change and never a secret or memory text.
 from __future__ import annotations
 
 import getpass
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,7 +25,14 @@ from squirrel_mcp.book.memories import MemoryStore
 from squirrel_mcp.book.transfer import ImportFileError, field_locations
 from squirrel_mcp.cli.errors import UserError as UserError
 from squirrel_mcp.core import heap, keychain
-from squirrel_mcp.core.config import APP_NAME, Config, ConfigError, check_api_base_url, location
+from squirrel_mcp.core.config import (
+    APP_NAME,
+    Config,
+    ConfigError,
+    check_api_base_url,
+    default_vault_path,
+    location,
+)
 from squirrel_mcp.core.keychain import KeychainError, NoKeychainError
 from squirrel_mcp.core.lines import log_line
 from squirrel_mcp.keys.crypto import KEY_CHANGE_PURPOSE, KdfParams, WrongPassphraseError
@@ -109,13 +117,19 @@ def check_new_passphrase(variable: str, passphrase: str, nothing: str) -> None:
 
 
 def open_storage(config: Config, *, create: bool) -> Storage:
-    """The configured backend: the sync server's API when SQUIRREL_API_BASE_URL is set, else the vault."""
+    """The configured backend: the sync server's API when SQUIRREL_API_BASE_URL is set, else the vault.
+
+    A vault that does not exist is made only when `create`; else `no_vault`'s line refuses it.
+    """
     config.check()
     if config.api_base_url is not None and config.api_key is not None:
         # Imported here: the local vault's start-up does not pay for importing requests.
         from squirrel_mcp.storage.remote import RemoteStorage
 
         return RemoteStorage(check_api_base_url(config.api_base_url), config.api_key)
+    # lexists: a dangling link is refused by LocalVault as a link, not said to be missing.
+    if not create and not os.path.lexists(config.vault_path):
+        raise StorageError(no_vault(config))
     vault = LocalVault(config.vault_path, create=create)
     tell_corrected_modes(vault)
     return vault
@@ -205,14 +219,48 @@ def missing_passphrase(config: Config, *, existed: bool) -> str:
     )
 
 
+def at_default_location(config: Config) -> bool:
+    """True when the configured vault is the default one (SQUIRREL_VAULT unset, or naming that same file).
+
+    Only there does a server make a vault that does not exist yet: a SQUIRREL_VAULT
+    naming another path that does not exist is most likely mistyped, and a new empty
+    vault there would have the agent believe it has no memories.
+    """
+    return not config.remote and config.vault_path.absolute() == default_vault_path().absolute()
+
+
+def server_creates(config: Config) -> bool:
+    """Whether the server (or the memory process) may create what it opens: `open_store`'s `create`.
+
+    A local vault only at the default location. On a sync server only `init` creates an
+    account whatever this says; there it picks the line for a missing passphrase.
+    """
+    return config.remote or at_default_location(config)
+
+
+def no_vault(config: Config) -> str:
+    """The line for a local vault that does not exist, which this command or server will not create."""
+    if at_default_location(config):
+        return f"there is no vault at {config.vault_path} yet: run `squirrel-mcp init` to create one"
+    return (
+        f"there is no vault at {config.vault_path}, the path SQUIRREL_VAULT names: correct SQUIRREL_VAULT "
+        "(in the MCP client's config, for the server), or run `squirrel-mcp init` to create a vault there; "
+        "nothing was created"
+    )
+
+
 def open_store(
     config: Config,
     *,
     create: bool,
     progress: Callable[[int, int], None] | None = None,
     read_only: bool = False,
+    created: Callable[[str], None] | None = None,
 ) -> MemoryStore:
     """Unlock the configured account (creating a local vault's first when `create` and it is missing).
+
+    A local vault that is missing and not to be created is refused with `no_vault`'s line.
+    `created` is told the line said when a new vault or account was made (it is logged too).
 
     On a sync server only `init` creates the account: a missing one is NoAccountError.
     `progress` becomes the store's (told how far each pull's decryption has got).
@@ -258,11 +306,14 @@ def open_store(
                 store.progress = progress
                 # An existing file without an account is one whose creation was cut short,
                 # or one emptied since: either way the user should hear of the new account.
-                log_line(
+                news = (
                     f"created a new vault at {config.vault_path}"
                     if not existed
                     else f"the vault at {config.vault_path} held no account; created a new one in it"
                 )
+                log_line(news)
+                if created is not None:
+                    created(news)
                 return store
         with explaining(config, storage):
             store = MemoryStore.unlock(

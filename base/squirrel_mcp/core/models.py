@@ -140,7 +140,9 @@ def _timestamp(value: str) -> str:
 
 
 Timestamp = Annotated[str, AfterValidator(_timestamp)]
-MemoryId = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{16}$")]
+# A memory's id: 16 lowercase hex digits.
+MEMORY_ID_PATTERN = r"^[0-9a-f]{16}$"
+MemoryId = Annotated[str, StringConstraints(pattern=MEMORY_ID_PATTERN)]
 
 
 class Memory(BaseModel):

@@ -2,16 +2,15 @@
 
 The store may still be opening when the server starts (`Opening`): the handshake
 and tools/list never wait for it, a tool call does. Argument errors name the
-fields and rules, never the values; an argument a tool does not take is refused
-(`additionalProperties: false`), naming the one it probably meant.
+fields and rules, never the values (squirrel_mcp.server.refusals); an argument a
+tool does not take is refused (`additionalProperties: false`), naming the one it
+probably meant, and so is an explicit null.
 """
 
 from __future__ import annotations
 
-import difflib
 import functools
 import inspect
-import re
 from collections.abc import Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
@@ -33,6 +32,7 @@ from squirrel_mcp import __version__
 from squirrel_mcp.plugins.manager import PluginHost, get_plugin_manager
 from squirrel_mcp.search.ranking import Progress
 from squirrel_mcp.server.opening import Opening
+from squirrel_mcp.server.refusals import ArgumentRefused, describe_invalid, null_errors, validation_errors
 from squirrel_mcp.server.registry import TOOLS
 from squirrel_mcp.server.searching import ProgressReport
 from squirrel_mcp.server.stdio import stdio_transport
@@ -50,48 +50,8 @@ with a clear entity, tags and keywords so they are found again. When a memory is
 or outdated, correct it with update_memory instead of saving a second one."""
 
 
-# How many problems an invalid-arguments error lists.
-MAX_PROBLEMS = 8
-# An unknown argument's name is repeated in the error only when it looks like one: a key made of
-# anything else (a sentence, a memory's text sent in the wrong place) is not echoed.
-ARGUMENT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,39}")
-
-
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-def _unknown(name: str, known: list[str]) -> str:
-    """An argument the tool does not take, with the one it probably meant (case and _ or - aside)."""
-    if ARGUMENT_NAME.fullmatch(name) is None:
-        return "an argument this tool does not take (its name is not repeated: it is no argument name)"
-
-    def plain(word: str) -> str:
-        return word.casefold().replace("_", "").replace("-", "")
-
-    plains = {plain(argument): argument for argument in known}
-    close = difflib.get_close_matches(plain(name), plains, n=1, cutoff=0.6)
-    return f"unknown argument `{name}`" + (f"; did you mean `{plains[close[0]]}`?" if close else "")
-
-
-def describe_invalid(tool: str, error: ValidationError, known: list[str]) -> str:
-    """A validation error without the rejected values: they may be memory text.
-
-    `known` are the tool's arguments: an unknown one is named with the one it probably meant.
-    """
-    problems = []
-    unknown = False
-    for e in error.errors(include_input=False):
-        if e["type"] == "extra_forbidden" and len(e["loc"]) == 1:
-            unknown = True
-            problems.append(_unknown(str(e["loc"][0]), known))
-        else:
-            problems.append(f"{'.'.join(str(part) for part in e['loc']) or 'arguments'}: {e['msg']}")
-    # Forty bad tags make forty problems; the first few say what to fix.
-    if len(problems) > MAX_PROBLEMS:
-        problems[MAX_PROBLEMS:] = [f"and {len(problems) - MAX_PROBLEMS} more"]
-    takes = f" ({tool} takes {', '.join(known) or 'no arguments'})" if unknown else ""
-    return f"invalid arguments for {tool}: " + "; ".join(problems) + takes
 
 
 def strict(tool: Tool) -> Tool:
@@ -129,8 +89,8 @@ class SquirrelServer(MCPServer):
         )
         self.opening = opening
         self.project = project
-        # Each tool's arguments, as its input schema lists them: an unknown one is named against these.
-        self._arguments = {tool.name: list(tool.parameters.get("properties", {})) for tool in tools}
+        # Each tool's input schema: a refusal names the fields and what they take from it.
+        self._schemas = {tool.name: tool.parameters for tool in tools}
 
     async def run_stdio_async(self) -> None:
         """Serve over stdio through squirrel_mcp.server.stdio.
@@ -175,17 +135,25 @@ class SquirrelServer(MCPServer):
         one with bad arguments.
         """
         await anyio.to_thread.run_sync(self.opening.wait, abandon_on_cancel=True)
+        schema = self._schemas.get(name, {})
+        # The Python signatures take None for an input left out; an explicit null is refused here,
+        # as no input takes one (the schemas show none).
+        nulls = null_errors(arguments, list(schema.get("properties", {})))
+        if nulls:
+            raise ToolError(describe_invalid(name, nulls, schema))
         token = request_progress.set(None if context is None else _progress_reporter(context))
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as error:
-            if isinstance(error.__cause__, ValidationError):
-                known = self._arguments.get(name, [])
-                raise ToolError(describe_invalid(name, error.__cause__, known)) from error.__cause__
-            if isinstance(error.__cause__, StorageError):
-                # The vault went bad while serving: the agent hears what, rather than the
-                # SDK's bare "Error executing tool" (and no traceback goes to the log).
-                raise ToolError(str(error.__cause__)) from error.__cause__
+            cause = error.__cause__
+            if isinstance(cause, ValidationError):
+                raise ToolError(describe_invalid(name, validation_errors(cause), schema)) from cause
+            if isinstance(cause, ArgumentRefused):
+                raise ToolError(f"invalid arguments for {name}: {cause}.") from cause
+            if isinstance(cause, StorageError | ToolError):
+                # The vault went bad while serving, or the tool refused: the agent hears the reason
+                # itself, without the SDK's "Error executing tool" (and no traceback goes to the log).
+                raise ToolError(str(cause)) from cause
             known = sorted(tool.name for tool in await self.list_tools())
             if name not in known:
                 # The SDK's message repeats the name, whatever its length or content.

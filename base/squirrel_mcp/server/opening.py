@@ -39,6 +39,8 @@ class Opening:
         self._serving = threading.Event()
         self._store = store
         self._failure: str | None = None
+        self._news: str | None = None
+        self._news_lock = threading.Lock()
         if store is not None:
             self._done.set()
 
@@ -50,10 +52,21 @@ class Opening:
         """Until `serving`, or `timeout` seconds at most."""
         self._serving.wait(timeout)
 
-    def opened(self, store: MemoryStore) -> None:
-        """The store is open: every waiting and later call uses it."""
+    def opened(self, store: MemoryStore, *, news: str | None = None) -> None:
+        """The store is open: every waiting and later call uses it.
+
+        `news`: what the opening did that the user should hear of (a new vault created),
+        told once, in the first get_context's note (`take_news`).
+        """
         self._store = store
+        self._news = news
         self._done.set()
+
+    def take_news(self) -> str | None:
+        """What the opening did that the user should hear of, the first time it is asked; else None."""
+        with self._news_lock:
+            news, self._news = self._news, None
+        return news
 
     def failed(self, line: str) -> None:
         """The store cannot be opened: every waiting and later call is answered `line`."""

@@ -45,6 +45,7 @@ from squirrel_mcp.core.models import (
 from squirrel_mcp.core.projects import ProjectError, project_name
 from squirrel_mcp.plugins.manager import PluginHost
 from squirrel_mcp.server.opening import Opening
+from squirrel_mcp.server.refusals import ArgumentRefused
 from squirrel_mcp.server.results import (
     ContextResult,
     GetResult,
@@ -60,6 +61,9 @@ from squirrel_mcp.server.searching import MAX_SEARCH_LIMIT, ProgressReport, join
 
 if TYPE_CHECKING:
     from squirrel_mcp.book.memories import MemoryStore
+
+# How a ProjectError's message begins for a name given to a tool, left out where the field is named.
+PROJECT_RULE = "a project's name: "
 
 MAX_LIST_LIMIT = 100
 # How many profile and how many preference memories get_context returns at most: who the user is
@@ -115,8 +119,8 @@ CategoryArg = Annotated[
 ]
 # An input whose absence means something no value of its type can say: no filter on this field,
 # no change to it, no reason given. The schema shows the plain type, neither null nor a default,
-# because strict hosts mishandle `anyOf [T, null]` (some send such inputs as raw strings). An
-# explicit null is still accepted, as it was, for hosts that send one for every input left out.
+# because strict hosts mishandle `anyOf [T, null]` (some send such inputs as raw strings). None
+# is only what an absent input becomes: an explicit null is refused (SquirrelServer.call_tool).
 Unset = SkipJsonSchema[None]
 # The same bounds as save_memory's tags: a tag no memory can carry is refused, not searched for.
 TagsFilter = Annotated[Tags | Unset, Field(description="Only memories carrying every one of these tags.")]
@@ -139,12 +143,19 @@ ProjectScope = Annotated[
 ]
 
 
-def project_argument(value: str) -> str | None:
-    """A tool's `project` as a project (None: none); the agent's error when it is no project's name."""
+def project_argument(value: str, *, reading: bool = False) -> str | None:
+    """A tool's `project` as a project (None: none); the agent's error when it is no project's name.
+
+    `reading`: the tool reads, where "*" (every project) is taken too (before this is called).
+    """
     try:
         return project_name(value)
     except ProjectError as error:
-        raise ToolError(f"project: {error}") from None
+        every = ' "*" for every project,' if reading else ""
+        raise ArgumentRefused(
+            f"`project` {str(error).removeprefix(PROJECT_RULE)}: send a project's name (one line of at most "
+            f'{MAX_PROJECT:,} characters),{every} or "" for none, or leave it out'
+        ) from None
 
 
 def projects_read(project: str | None) -> frozenset[str | None] | None:
@@ -153,7 +164,7 @@ def projects_read(project: str | None) -> frozenset[str | None] | None:
         return frozenset({session_project.get(), None})
     if project == EVERY_PROJECT:
         return None
-    return frozenset({project_argument(project), None})
+    return frozenset({project_argument(project, reading=True), None})
 
 
 def revision_view(revision: Revision) -> RevisionView:
@@ -247,8 +258,22 @@ def get_context(
         unreadable=unreadable,
         olderRevision=older,
         leftOut=cut,
-        note=join_notes(log_note(context.store), _left_out_note(cut)),
+        note=join_notes(
+            opening_note(context.opening, sum(counted.values())), log_note(context.store), _left_out_note(cut)
+        ),
     )
+
+
+def opening_note(opening: Opening, total: int) -> str | None:
+    """The note of the first get_context after the opening made a new vault, while it holds `total` = 0.
+
+    Said once: the agent hears that its memory is empty because it is new. Once memories
+    were saved, there is nothing to explain.
+    """
+    news = opening.take_news()
+    if news is None or total:
+        return None
+    return f"{news[0].upper()}{news[1:]} as this server started: it holds no memories yet."
 
 
 def _project_counts(counts: Mapping[str | None, int]) -> list[ProjectCount]:

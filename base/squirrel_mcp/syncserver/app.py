@@ -190,6 +190,13 @@ class _Service:
 
     async def json_body(self, request: Request, model: type[_M]) -> _M:
         """The request's JSON body as `model`; refused early if not JSON, too large or too slow."""
+        body = await self.body(request)
+        # Decoding and checking up to 32 MiB takes a good part of a second: off the
+        # event loop, so that other requests are served meanwhile.
+        return await run_in_threadpool(_decode, body, model)
+
+    async def body(self, request: Request) -> bytes:
+        """The request's body, not yet decoded; refused early if not JSON, too large or too slow."""
         media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if media_type != JSON_MEDIA_TYPE:
             raise _BodyError(415, "unsupported_media_type", "the body must be application/json")
@@ -213,9 +220,7 @@ class _Service:
         except ClientDisconnect:
             # Nobody is left to answer; this only ends the request without a traceback.
             raise _BodyError(400, "invalid_request", "the client left before its body ended") from None
-        # Decoding and checking up to 32 MiB takes a good part of a second: off the
-        # event loop, so that other requests are served meanwhile.
-        return await run_in_threadpool(_decode, bytes(body), model)
+        return bytes(body)
 
     async def account(self, request: Request) -> Response:
         """GET and POST /v1/account."""
@@ -246,8 +251,7 @@ class _Service:
         """GET and POST /v1/records."""
         slot = await self.authenticate(request)
         if request.method == "POST":
-            new = await self.json_body(request, wire.AppendRequest)
-            answer = await run_in_threadpool(self._append, slot, new)
+            answer = await run_in_threadpool(self._append, slot, await self.body(request))
             return Response(answer, 201, media_type=JSON_MEDIA_TYPE)
         after, limit = validation.changes_query(request.query_params)
         answer = await run_in_threadpool(self._changes, slot, after, limit)
@@ -257,9 +261,12 @@ class _Service:
     # one pass of pydantic's serializer, from records the server checked when they
     # were appended: building and checking the wire models again (wire.AppendResult,
     # wire.ChangesPage, whose shape tests/sync/test_contract.py holds the answers to)
-    # took most of a pull's time on the server. Each goes to the thread pool once.
+    # took most of a pull's time on the server. Each goes to the thread pool once:
+    # an append's body is decoded and checked there too, since each hand-over to a
+    # worker thread and back costs a wait on a busy machine.
 
-    def _append(self, slot: int, new: wire.AppendRequest) -> bytes:
+    def _append(self, slot: int, body: bytes) -> bytes:
+        new = _decode(body, wire.AppendRequest)
         stored = self.database.append(slot, new.sealed())
         entries = [
             {"seq": r.seq, "memoryId": r.memory_id, "revision": r.revision, "storedAt": r.stored_at}

@@ -119,7 +119,7 @@ class KeyStore(Pool):
         most about a minute behind, and a busy key costs one write a minute
         rather than one per request.
         """
-        with self._transaction(write=False) as cursor:
+        with self._transaction(write=False, alone=True) as cursor:
             row = cursor.execute(
                 "SELECT key_id, slot_id FROM api_keys WHERE key_hash = ? AND revoked_at IS NULL",
                 (key_hash,),

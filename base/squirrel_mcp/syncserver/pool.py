@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,46 +94,63 @@ class Pool:
             raise DatabaseUnavailable(f"cannot connect to the {self._dialect.name} database") from error
 
     @contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[Cursor]:
-        """One transaction on a pooled connection; rolled back if the block raises."""
+    def _transaction(self, *, write: bool, alone: bool = False) -> Iterator[Cursor]:
+        """One transaction on a pooled connection; rolled back if the block raises.
+
+        `alone` says the block runs a single statement that only reads: it then
+        runs on its own (autocommit), without a BEGIN and a COMMIT, each a round
+        trip to PostgreSQL.
+        """
         with self._pool_lock:
-            connection = self._idle.pop() if self._idle else None
-        if connection is not None and self._sqlite_path is None:
-            # A pooled PostgreSQL connection may have been closed by the server
-            # (a restart, an idle timeout) since its last use: try it before
-            # trusting a write to it, and start afresh if it is gone.
-            try:
-                connection.execute("SELECT 1")
-            except self._errors.operational:
-                _close_quietly(connection)
-                connection = None
-        if connection is None:
+            pooled = self._idle.pop() if self._idle else None
+        postgres = self._sqlite_path is None
+
+        def connect() -> _Connection:
             connection = self._connect()
+            if alone and postgres:
+                _set_autocommit(connection, True)
+            return connection
+
+        if pooled is not None and alone and postgres:
+            _set_autocommit(pooled, True)
+        # A pooled PostgreSQL connection may have been closed by the server (a
+        # restart, an idle timeout) since its last use. Rather than a round trip
+        # to try it before every transaction, the cursor sends the first statement
+        # again on a new connection if it fails there (see Cursor).
+        retry = connect if pooled is not None and postgres else None
+        cursor = Cursor(pooled or connect(), self._dialect, retry, self._errors.operational)
         # Only a connection whose transaction ended cleanly goes back to the pool.
         healthy = False
         try:
-            if self._sqlite_path is not None:
+            if not postgres and not alone:
                 # IMMEDIATE takes the write lock up front, so the slot's last_seq
                 # cannot change between reading and updating it.
-                connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                cursor.connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
-                yield Cursor(connection, self._dialect)
+                yield cursor
             except self._errors.operational:
                 raise
             except BaseException:
-                connection.rollback()
+                cursor.connection.rollback()
                 healthy = True
                 raise
-            connection.commit()
+            cursor.connection.commit()
             healthy = True
         except self._errors.operational as error:
             healthy = False
             raise DatabaseUnavailable(f"the {self._dialect.name} database failed") from error
         finally:
+            if healthy and alone and postgres:
+                # Back to transactions before the pool lends it again, however the block ended.
+                try:
+                    _set_autocommit(cursor.connection, False)
+                except self._errors.any:
+                    healthy = False
+            connection: _Connection | None = cursor.connection
             if healthy:
                 with self._pool_lock:
                     if len(self._idle) < POOL_SIZE:
-                        self._idle.append(connection)
+                        self._idle.append(cursor.connection)
                         connection = None
             if connection is not None:
                 _close_quietly(connection)
@@ -148,7 +165,7 @@ class Pool:
     def ping(self) -> None:
         """Raise DatabaseUnavailable unless the database answers (a read of its schema version)."""
         try:
-            with self._transaction(write=False) as cursor:
+            with self._transaction(write=False, alone=True) as cursor:
                 # A table, not "SELECT 1": SQLite answers that without touching the file.
                 cursor.execute("SELECT value FROM sync_meta WHERE key = 'schema'").fetchone()
         except self._errors.any as error:
@@ -165,16 +182,36 @@ class Pool:
 class Cursor:
     """The one call the queries need, with `?` placeholders on both databases."""
 
-    def __init__(self, connection: _Connection, dialect: Dialect) -> None:
-        self._connection = connection
+    def __init__(
+        self,
+        connection: _Connection,
+        dialect: Dialect,
+        reconnect: Callable[[], _Connection] | None = None,
+        operational: tuple[type[Exception], ...] = (),
+    ) -> None:
+        """A transaction's statements on `connection`; `reconnect` set if it came from the pool."""
+        self.connection = connection
         self._postgres = dialect is POSTGRES
+        self._reconnect = reconnect
+        self._operational = operational
 
     def execute(self, sql: str, params: tuple[object, ...] = ()) -> _DbCursor:
         """Run one statement; the DB-API cursor (fetchone, fetchall, rowcount)."""
         if self._postgres:
             # No statement here holds a literal "?" or "%", so this is exact.
             sql = sql.replace("?", "%s")
-        return self._connection.execute(sql, params)
+        reconnect, self._reconnect = self._reconnect, None
+        if reconnect is None:
+            return self.connection.execute(sql, params)
+        try:
+            return self.connection.execute(sql, params)
+        except self._operational:
+            # The pooled connection was gone. Nothing of this transaction can have
+            # committed (its first statement failed), so it starts again, once, on
+            # a new connection; a second failure is the database's.
+            _close_quietly(self.connection)
+            self.connection = reconnect()
+            return self.connection.execute(sql, params)
 
     def insert_many(self, table: str, columns: tuple[str, ...], rows: list[tuple[object, ...]]) -> None:
         """Insert `rows` (values in the order of `columns`) into `table`, in one statement.
@@ -185,17 +222,18 @@ class Cursor:
         """
         if not rows:
             return
+        self._reconnect = None
         names = ", ".join(columns)
         if self._postgres:
-            assert not isinstance(self._connection, sqlite3.Connection)
-            with self._connection.cursor().copy(f"COPY {table} ({names}) FROM STDIN") as copy:
+            assert not isinstance(self.connection, sqlite3.Connection)
+            with self.connection.cursor().copy(f"COPY {table} ({names}) FROM STDIN") as copy:
                 for row in rows:
                     copy.write_row(row)
             return
-        assert isinstance(self._connection, sqlite3.Connection)
+        assert isinstance(self.connection, sqlite3.Connection)
         marks = ", ".join("?" * len(columns))
         # The table and column names are the callers' constants; the values go as parameters.
-        self._connection.executemany(f"INSERT INTO {table} ({names}) VALUES ({marks})", rows)  # noqa: S608
+        self.connection.executemany(f"INSERT INTO {table} ({names}) VALUES ({marks})", rows)  # noqa: S608
 
     def one(self, sql: str, params: tuple[object, ...] = ()) -> tuple[Any, ...]:
         """The row of a statement that always returns exactly one (an aggregate, INSERT ... RETURNING)."""
@@ -223,6 +261,12 @@ def _postgres_errors() -> _Errors:
             "PostgreSQL needs the postgres extra: pip install 'squirrel-mcp[postgres]'"
         ) from error
     return _Errors((psycopg.Error,), (psycopg.OperationalError, psycopg.InterfaceError))
+
+
+def _set_autocommit(connection: _Connection, on: bool) -> None:
+    # psycopg only; it changes a setting of the client, without a round trip.
+    assert not isinstance(connection, sqlite3.Connection)
+    connection.autocommit = on
 
 
 def _close_quietly(connection: _Connection) -> None:
