@@ -384,6 +384,8 @@ def bench(session: nox.Session) -> None:
     session.run("python", "scripts/calibrate_hooks.py")
     # LoCoMo, when its conversations are there (SQUIRREL_LOCOMO_DATA or ../shared/data/locomo).
     session.run("python", "scripts/bench_locomo.py")
+    # LongMemEval, when its questions are there (SQUIRREL_LONGMEMEVAL_DATA or ../shared/data/longmemeval).
+    session.run("python", "scripts/bench_longmemeval.py")
     subprocess.run([HAPROXY_SCRIPT], check=True)
     with postgres_for_tests(session):
         # Side by side with the server of 1fdee83, the last commit before the sync server's

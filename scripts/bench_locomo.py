@@ -34,7 +34,6 @@ import os
 import platform
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,16 +43,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench_stdio import LIMIT, PASSPHRASE, Item, init_vault, save_items, server_rankings, write_section
+
 ROOT = Path(__file__).resolve().parent.parent
 # Where the conversations are read from unless a directory is given: SQUIRREL_LOCOMO_DATA, or
 # ../shared/data/locomo beside the repository.
 DATA = Path(os.environ.get("SQUIRREL_LOCOMO_DATA") or ROOT.parent / "shared" / "data" / "locomo")
 REPORT = ROOT / "docs" / "benchmarks" / "locomo.md"
-PASSPHRASE = "benchmark passphrase, not a secret"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
-LIMIT = 10
 METRICS = ("hit@1", "hit@5", "hit@10", "recall@5", "recall@10", "MRR")
-WARM_TIMEOUT = 1800.0
 TITLE = "# Retrieval on LoCoMo"
 # The audit's corrected evidence lives beside the conversations; it is not one of them.
 CORRECTIONS = "corrections.json"
@@ -68,9 +66,16 @@ class Turn:
 
 @dataclass(frozen=True)
 class Question:
+    """A question of categories 1-4; `corrected`: the audit's evidence when it differs from the key's."""
+
     text: str
     category: int
     evidence: frozenset[str]
+    corrected: frozenset[str] | None = None
+
+    def key(self, which: str) -> frozenset[str]:
+        """The evidence by one key: "original" (LoCoMo's) or "corrected" (the audit's where it has one)."""
+        return self.corrected if which == "corrected" and self.corrected is not None else self.evidence
 
 
 @dataclass(frozen=True)
@@ -99,8 +104,26 @@ def conversation_files(data: Path = DATA) -> list[Path]:
     return sorted(path for path in data.glob("*.json") if path.name != CORRECTIONS)
 
 
+def corrections(data: Path) -> dict[tuple[str, str], frozenset[str]]:
+    """The audit's evidence by (conversation, question text), from `data`/corrections.json if there."""
+    path = data / CORRECTIONS
+    if not path.is_file():
+        return {}
+    found = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(found, list):
+        raise ValueError(f"{path.name} is not a list of corrections")
+    return {
+        (str(entry["conversation"]), str(entry["question"])): evidence_ids(entry["correct_evidence"])
+        for entry in found
+    }
+
+
 def load(path: Path) -> Conversation:
-    """One conversation file: its turns in order and its questions of categories 1-4."""
+    """One conversation file: its turns in order and its questions of categories 1-4.
+
+    A question the corrections beside it (corrections.json) cite, matched by its text,
+    carries the audit's evidence as well as the key's.
+    """
     data = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict):
         raise ValueError(f"{path.name} is not a LoCoMo conversation (a JSON object with sessions and qa)")
@@ -114,8 +137,14 @@ def load(path: Path) -> Conversation:
         for _, session in sessions
         for turn in session
     ]
+    fixed = corrections(path.parent)
     questions = [
-        Question(str(qa["question"]), int(qa["category"]), evidence_ids(qa["evidence"]))
+        Question(
+            str(qa["question"]),
+            int(qa["category"]),
+            evidence_ids(qa["evidence"]),
+            fixed.get((path.stem, str(qa["question"]))),
+        )
         for qa in data["qa"]
         if qa["category"] in CATEGORIES
     ]
@@ -138,86 +167,6 @@ def question_scores(ranked: Sequence[frozenset[str]], evidence: frozenset[str]) 
 def mean_scores(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """Each metric averaged over questions (0 for none)."""
     return {metric: statistics.fmean(row[metric] for row in rows) if rows else 0.0 for metric in METRICS}
-
-
-# The server over stdio ----------------------------------------------------------------------
-
-
-def server_env(vault: Path, cache: Path, *, plugins: bool) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if key in ("PATH", "HOME", "LANG")}
-    env.update(
-        SQUIRREL_VAULT=str(vault), SQUIRREL_PASSPHRASE=PASSPHRASE, SQUIRREL_MEMORY_CACHE_DIR=str(cache)
-    )
-    # A server of its own: the figures are one process's, started and ended per conversation.
-    env["SQUIRREL_MCP_SHARED"] = "0"
-    if not plugins:
-        env["SQUIRREL_MCP_PLUGINS"] = ""
-    return env
-
-
-def init_vault(vault: Path, cache: Path) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "squirrel_mcp", "init"],
-        env=server_env(vault, cache, plugins=False),
-        capture_output=True,
-        check=True,
-    )
-
-
-async def save_turns(vault: Path, cache: Path, turns: Sequence[Turn]) -> dict[str, set[str]]:
-    """Save every turn through save_memory; memory id -> the dia_ids it holds."""
-    from mcp import Client
-    from mcp.client.stdio import StdioServerParameters
-
-    params = StdioServerParameters(
-        command=sys.executable, args=["-m", "squirrel_mcp"], env=server_env(vault, cache, plugins=False)
-    )
-    held: dict[str, set[str]] = {}
-    async with Client(params) as client:
-        for turn in turns:
-            result = await client.call_tool("save_memory", {"text": turn.text, "entity": turn.speaker})
-            if result.is_error:
-                raise SystemExit(f"bench_locomo: saving turn {turn.dia_id} failed")
-            memory_id = (result.structured_content or {})["memory"]["id"]
-            held.setdefault(memory_id, set()).add(turn.dia_id)
-    return held
-
-
-async def server_rankings(
-    vault: Path, cache: Path, queries: Sequence[str], *, plugins: bool, python: str = sys.executable
-) -> tuple[list[list[str]], list[float]]:
-    """Each query's result ids (limit 10) and round-trip seconds; with the plugin, once warm.
-
-    `python` runs the server: this installation's, or another one's (--baseline).
-    """
-    import anyio
-    from mcp import Client
-    from mcp.client.stdio import StdioServerParameters
-
-    expected = "hybrid" if plugins else "lexical"
-    params = StdioServerParameters(
-        command=python, args=["-m", "squirrel_mcp"], env=server_env(vault, cache, plugins=plugins)
-    )
-    async with Client(params) as client:
-        began = time.monotonic()
-        while plugins:
-            probe = (await client.call_tool("search_memory", {"query": queries[0]})).structured_content or {}
-            if probe.get("ranking") == "hybrid" and "note" not in probe:
-                break
-            if time.monotonic() - began > WARM_TIMEOUT:
-                raise SystemExit("bench_locomo: the plugin did not finish embedding in time")
-            await anyio.sleep(1.0)
-        rankings: list[list[str]] = []
-        seconds: list[float] = []
-        for query in queries:
-            started = time.perf_counter()
-            result = await client.call_tool("search_memory", {"query": query, "limit": LIMIT})
-            seconds.append(time.perf_counter() - started)
-            found = result.structured_content or {}
-            if result.is_error or (found.get("results") and found.get("ranking") != expected):
-                raise SystemExit(f"bench_locomo: a {expected} search failed or fell back")
-            rankings.append([hit["id"] for hit in found["results"]])
-    return rankings, seconds
 
 
 # Offline rows, from the same vault -----------------------------------------------------------
@@ -256,6 +205,8 @@ def offline_rankings(vault: Path, queries: Sequence[str]) -> tuple[list[list[str
 # The run -------------------------------------------------------------------------------------
 
 WORDS, HYBRID = "words only (the base)", "hybrid (the plugin)"
+# The original key is LoCoMo's evidence; the corrected one takes the audit's where it has one.
+KEYS = ("original", "corrected")
 OFFLINE = ("BM25 alone (offline)", "cosine alone (offline)")
 BEFORE = {WORDS: "words only, baseline build", HYBRID: "hybrid, baseline build"}
 
@@ -271,7 +222,8 @@ def run_conversation(conversation: Conversation, scratch: Path, baseline: str | 
     vault, cache = scratch / f"{conversation.name}.sqlite3", scratch / f"{conversation.name}.cache"
     init_vault(vault, cache)
     started = time.monotonic()
-    held = anyio.run(save_turns, vault, cache, conversation.turns)
+    items = [Item(turn.dia_id, turn.speaker, turn.text) for turn in conversation.turns]
+    held = anyio.run(save_items, vault, cache, items)
     saved = time.monotonic() - started
     queries = [question.text for question in conversation.questions]
     servers = [(WORDS, sys.executable, False, cache), (HYBRID, sys.executable, True, cache)]
@@ -289,36 +241,41 @@ def run_conversation(conversation: Conversation, scratch: Path, baseline: str | 
         ranked[name], seconds[name] = anyio.run(searched)
     ranked[OFFLINE[0]], ranked[OFFLINE[1]] = offline_rankings(vault, queries)
     scores = {
-        name: [
-            question_scores([frozenset(held.get(memory_id, ())) for memory_id in ids], question.evidence)
+        (name, key): [
+            question_scores([frozenset(held.get(memory_id, ())) for memory_id in ids], question.key(key))
             for ids, question in zip(rows, conversation.questions, strict=True)
         ]
         for name, rows in ranked.items()
+        for key in KEYS
     }
     print(
         f"{conversation.name}: {len(conversation.turns)} turns as {len(held)} memories "
         f"saved in {saved:.0f} s, {len(queries)} questions; "
-        + ", ".join(f"{name} hit@5 {mean_scores(rows)['hit@5']:.3f}" for name, rows in scores.items()),
+        + ", ".join(
+            f"{name} hit@5 {mean_scores(rows)['hit@5']:.3f} ({key} key)"
+            for (name, key), rows in scores.items()
+        ),
         flush=True,
     )
     return {"scores": scores, "seconds": seconds}
 
 
-def table(rows: Mapping[str, Mapping[str, float]], latency: Mapping[str, float]) -> list[str]:
+def table(rows: Mapping[tuple[str, str], Mapping[str, float]], latency: Mapping[str, float]) -> list[str]:
+    """One row per ranking and key, the original key's first; the latency on the original key's row."""
     lines = [
-        "| ranking | hit@1 | hit@5 | hit@10 | recall@5 | recall@10 | MRR | median search |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| ranking | key | hit@1 | hit@5 | hit@10 | recall@5 | recall@10 | MRR | median search |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for name, figures in rows.items():
-        ms = f"{latency[name] * 1000:.1f} ms" if name in latency else "-"
-        lines.append(f"| {name} | " + " | ".join(f"{figures[m]:.3f}" for m in METRICS) + f" | {ms} |")
+    for (name, key), figures in rows.items():
+        ms = f"{latency[name] * 1000:.1f} ms" if name in latency and key == KEYS[0] else "-"
+        lines.append(f"| {name} | {key} | " + " | ".join(f"{figures[m]:.3f}" for m in METRICS) + f" | {ms} |")
     return lines
 
 
 def render(
     label: str, conversations: Sequence[Conversation], results: Sequence[Mapping[str, Any]], command: str
 ) -> str:
-    every: dict[str, list[dict[str, float]]] = {}
+    every: dict[tuple[str, str], list[dict[str, float]]] = {}
     seconds: dict[str, list[float]] = {}
     for result in results:
         for name, rows in result["scores"].items():
@@ -328,12 +285,14 @@ def render(
     latency = {name: statistics.median(values) for name, values in seconds.items()}
     questions = [q for conversation in conversations for q in conversation.questions]
     turns = sum(len(conversation.turns) for conversation in conversations)
+    changed = sum(1 for q in questions if q.key("corrected") != q.evidence)
     lines = [
         f"## {label}",
         "",
         f"Measured {datetime.now(UTC):%Y-%m-%d} on {platform.machine()}, Python {platform.python_version()},",
         f"with `{command}`: conversations {', '.join(c.name for c in conversations)}",
-        f"({turns:,} turns, {len(questions)} questions of categories 1-4).",
+        f"({turns:,} turns, {len(questions)} questions of categories 1-4; the corrected key changes the",
+        f"evidence of {changed} of them).",
         "",
         *table({name: mean_scores(rows) for name, rows in every.items()}, latency),
         "",
@@ -370,16 +329,13 @@ first k results; recall@k: the share of the question's evidence turns among them
 the rank of the first evidence turn in the 10 results, 0 when none is there. Identical turns
 of one speaker are one memory, so a result stands for every turn it holds. Median search:
 the search_memory round trip as the client sees it.
+
+**Two keys.** Every ranking is scored twice, on the same searches: against LoCoMo's own
+evidence (key "original") and against the corrected evidence (key "corrected"): an
+independent audit of the key (dial481/locomo-audit, CC BY-NC 4.0) found questions whose cited
+evidence turns are wrong or incomplete; where it gives other turns for a question (matched by
+the question's text), the corrected key takes them, and every other question keeps its own.
 """
-
-
-def write_report(section: str, label: str) -> None:
-    """Replace (or add) the section headed `label` in the report, keeping the others."""
-    kept: list[str] = []
-    if REPORT.exists():
-        parts = re.split(r"(?m)^(?=## )", REPORT.read_text(encoding="utf-8"))
-        kept = [part.rstrip() + "\n" for part in parts[1:] if not part.startswith(f"## {label}\n")]
-    REPORT.write_text("\n".join([HEADER, section, *kept]), encoding="utf-8")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -408,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_conversation(conversation, Path(scratch), args.baseline) for conversation in conversations
         ]
     section = render(args.label, conversations, results, command)
-    write_report(section, args.label)
+    write_section(REPORT, HEADER, section, args.label)
     print(section)
     return 0
 

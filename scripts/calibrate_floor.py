@@ -29,11 +29,13 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import bench_longmemeval
 from bench_locomo import DATA, Conversation, conversation_files, load, mean_scores, question_scores
+from bench_stdio import Item
 
 ROOT = Path(__file__).resolve().parent.parent
 # The recall corpus's loader lives with the tests; run from anywhere, it is found from the root.
@@ -64,10 +66,11 @@ class Vault:
     lexical: PluginHost
     hybrid: PluginHost
     plugin: Any
+    now: datetime = NOW
 
     def search(self, query: str, *, words_only: bool = False) -> SearchResult:
         host = self.lexical if words_only else self.hybrid
-        return run_search(self.store, host, query, limit=LIMIT, now=NOW)
+        return run_search(self.store, host, query, limit=LIMIT, now=self.now)
 
 
 @contextmanager
@@ -75,34 +78,56 @@ def vault_of(memories: list[Revision]) -> Iterator[Vault]:
     """A throwaway vault holding `memories`, with the embeddings plugin started and warm."""
     with tempfile.TemporaryDirectory(prefix="squirrel-floor-") as scratch:
         storage = LocalVault(Path(scratch) / "vault.sqlite3", create=True)
-        store = MemoryStore.create(storage, secrets.token_urlsafe(16))
-        store.import_histories([[memory] for memory in memories])
-        pm = get_plugin_manager()
-        load_plugins(pm, env={"SQUIRREL_MCP_PLUGINS": "embeddings"})
-        hybrid = PluginHost(pm)
-        # The plugin keeps its vectors in this scratch directory, not in this user's cache.
-        os.environ["SQUIRREL_MEMORY_CACHE_DIR"] = str(Path(scratch) / "cache")
-        hybrid.start(Config.from_env(), store)
-        plugin = pm.get_plugin("embeddings")
-        if not hybrid.wait_started(300) or plugin is None or plugin.hybrid is None:
-            raise SystemExit("calibrate_floor: the embeddings plugin did not start")
-        plugin.hybrid.warm_all()
         try:
-            yield Vault(store, PluginHost(get_plugin_manager()), hybrid, plugin)
+            store = MemoryStore.create(storage, secrets.token_urlsafe(16))
+            store.import_histories([[memory] for memory in memories])
+            # The plugin keeps its vectors in this scratch directory, not in this user's cache.
+            with warm(store, Path(scratch) / "cache") as vault:
+                yield vault
         finally:
-            hybrid.shutdown()
             storage.close()
 
 
-def conversation_memories(conversation: Conversation) -> tuple[list[Revision], dict[str, str]]:
-    """Each turn as a memory (entity the speaker), and memory id -> dia_id.
+@contextmanager
+def warm(store: MemoryStore, cache: Path, now: datetime = NOW) -> Iterator[Vault]:
+    """The embeddings plugin started over `store`, its vector file in `cache`, every memory embedded."""
+    pm = get_plugin_manager()
+    load_plugins(pm, env={"SQUIRREL_MCP_PLUGINS": "embeddings"})
+    hybrid = PluginHost(pm)
+    os.environ["SQUIRREL_MEMORY_CACHE_DIR"] = str(cache)
+    hybrid.start(Config.from_env(), store)
+    plugin = pm.get_plugin("embeddings")
+    if not hybrid.wait_started(300) or plugin is None or plugin.hybrid is None:
+        raise SystemExit("calibrate_floor: the embeddings plugin did not start")
+    plugin.hybrid.warm_all()
+    try:
+        yield Vault(store, PluginHost(get_plugin_manager()), hybrid, plugin, now)
+    finally:
+        hybrid.shutdown()
 
-    The turns are dated 10 ms apart, the last at NOW, as scripts/bench_locomo.py's saves
+
+def conversation_memories(conversation: Conversation) -> tuple[list[Revision], dict[str, str]]:
+    """Each turn as a memory (entity the speaker), and memory id -> dia_id."""
+    items = [Item(turn.dia_id, turn.speaker, turn.text) for turn in conversation.turns]
+    memories, held = item_memories(items, merge=False)
+    return memories, {memory_id: min(keys) for memory_id, keys in held.items()}
+
+
+def item_memories(
+    items: Sequence[Item], *, merge: bool = True
+) -> tuple[list[Revision], dict[str, frozenset[str]]]:
+    """Each item as a memory, and memory id -> the keys it holds.
+
+    The memories are dated 10 ms apart, the last at NOW, as the benchmarks' saves
     through the server are: a recency weight that differs in the sixth decimal still
     orders two memories whose other numbers are equal, so the same date for all would
-    measure an order no real vault has.
+    measure an order no real vault has. With `merge`, as save_memory does, items of the
+    same text and entity are one memory, dated by the first.
     """
-    count = len(conversation.turns)
+    first: dict[tuple[str, str] | int, int] = {}
+    for n, item in enumerate(items):
+        first.setdefault((item.entity, item.text) if merge else n, n)
+    count = len(items)
 
     def stamp(n: int) -> str:
         when = NOW - timedelta(milliseconds=10 * (count - n))
@@ -111,21 +136,22 @@ def conversation_memories(conversation: Conversation) -> tuple[list[Revision], d
     memories = [
         Revision.model_validate(
             {
-                "id": f"{n:016x}",
-                "entity": turn.speaker,
-                "text": turn.text,
+                "id": f"{n + 1:016x}",
+                "entity": items[n].entity,
+                "text": items[n].text,
                 "category": "note",
-                "createdAt": stamp(n),
-                "updatedAt": stamp(n),
+                "createdAt": stamp(n + 1),
+                "updatedAt": stamp(n + 1),
                 "revision": 1,
                 "change": "created",
             }
         )
-        for n, turn in enumerate(conversation.turns, 1)
+        for n in first.values()
     ]
-    return memories, {
-        memory.id: turn.dia_id for memory, turn in zip(memories, conversation.turns, strict=True)
-    }
+    held: dict[str, set[str]] = {}
+    for n, item in enumerate(items):
+        held.setdefault(f"{first[(item.entity, item.text) if merge else n] + 1:016x}", set()).add(item.key)
+    return memories, {memory_id: frozenset(keys) for memory_id, keys in held.items()}
 
 
 def locomo_figures(
@@ -168,6 +194,27 @@ def at_the_models_floor(conversation: Conversation) -> dict[str, list[dict[str, 
             "words only": locomo_figures(vault, conversation, dia, True),
             "hybrid": locomo_figures(vault, conversation, dia, False),
         }
+
+
+def longmemeval_rows(
+    question: bench_longmemeval.Question, grid: Sequence[tuple[float, float]] = ()
+) -> dict[Any, dict[str, float]]:
+    """One LongMemEval question's measures: words only, hybrid (the model's floor and span), the grid."""
+    memories, held = item_memories(question.turns)
+
+    def measured(vault: Vault, words_only: bool) -> dict[str, float]:
+        result = vault.search(question.text, words_only=words_only)
+        return bench_longmemeval.scores([held[hit.id] for hit in result.results], question)
+
+    with vault_of(memories) as vault:
+        rows: dict[Any, dict[str, float]] = {
+            "words only": measured(vault, True),
+            "hybrid": measured(vault, False),
+        }
+        for floor, span in grid:
+            vault.plugin.hybrid.floor, vault.plugin.hybrid.span = floor, span
+            rows[(floor, span)] = measured(vault, False)
+    return rows
 
 
 def numbers(text: str) -> tuple[float, ...]:

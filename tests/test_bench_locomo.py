@@ -113,3 +113,19 @@ def test_means_over_questions() -> None:
     means = bench_locomo.mean_scores(rows)
     assert means["hit@1"] == 0.5 and means["MRR"] == 0.5 and means["recall@10"] == 0.5
     assert bench_locomo.mean_scores([]) == dict.fromkeys(bench_locomo.METRICS, 0.0)
+
+
+def test_the_corrected_key_takes_the_audits_evidence_matched_by_question_text(tmp_path: Path) -> None:
+    (tmp_path / "7.json").write_text(json.dumps(CONVERSATION), encoding="utf-8")
+    corrections = [
+        {"conversation": "7", "question": "When did Ada adopt a cat?", "correct_evidence": ["D1:1; D2:1"]},
+        # Another conversation's question of the same text is not this one's.
+        {"conversation": "8", "question": "What is Ada's cat called?", "correct_evidence": ["D1:2"]},
+    ]
+    (tmp_path / bench_locomo.CORRECTIONS).write_text(json.dumps(corrections), encoding="utf-8")
+    questions = bench_locomo.load(tmp_path / "7.json").questions
+    assert [sorted(q.key("original")) for q in questions] == [["D2:1"], ["D1:1"], ["D1:2", "D2:2"]]
+    assert [sorted(q.key("corrected")) for q in questions] == [["D2:1"], ["D1:1", "D2:1"], ["D1:2", "D2:2"]]
+    # Without a corrections file both keys are the original one.
+    (tmp_path / bench_locomo.CORRECTIONS).unlink()
+    assert all(q.key("corrected") == q.evidence for q in bench_locomo.load(tmp_path / "7.json").questions)

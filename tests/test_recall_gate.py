@@ -19,8 +19,9 @@ from tests.conftest import needs_model
 from tests.recall import gate
 
 ROOT = Path(__file__).resolve().parents[1]
-# A backstop against a hang: the gate embeds 500 memories, a few minutes on a loaded machine.
-GATE_TIMEOUT_S = 1200
+# A backstop against a hang: the gate embeds 500 memories, and with the shared data LoCoMo's
+# 2,760 turns and two LongMemEval haystacks of about 500 turns: many minutes on a loaded machine.
+GATE_TIMEOUT_S = 2400
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +76,14 @@ def test_each_condition_fails_below_its_threshold(
     expected = [True] * 4
     expected[failing] = False
     assert held(recall_gate, figures(*measured)) == expected
+
+
+def test_longmemeval_is_reported_skipped_without_its_data(
+    recall_gate: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(recall_gate.bench_longmemeval, "DATA", tmp_path / "missing")
+    section = recall_gate.longmemeval_section()
+    assert section.startswith("\n## LongMemEval\n") and "LongMemEval skipped: no questions in" in section
 
 
 @needs_model

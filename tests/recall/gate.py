@@ -19,7 +19,8 @@ test run: scripts/figure_pages.py) and fails (exit 1) unless:
 
 When LoCoMo's conversations are found (SQUIRREL_LOCOMO_DATA, or ../shared/data/locomo
 beside the repository), the report also gives words only and hybrid on them, for
-context; otherwise it says they were skipped.
+context; so it does for a few of LongMemEval's questions (SQUIRREL_LONGMEMEVAL_DATA, or
+../shared/data/longmemeval), stratified by type; otherwise it says they were skipped.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from tests.recall.corpus import CORPUS, NOW, SETS, TOP, measure, revision
 # LoCoMo's loading, scoring and in-process vaults are the benchmark scripts' own.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import bench_locomo
+import bench_longmemeval
 import calibrate_floor
 import figure_pages
 
@@ -52,6 +54,9 @@ REPORT = ROOT / "docs" / "recall.md"
 PARAPHRASE_GAIN = 0.15
 SET_FLOOR = 0.8
 START_TIMEOUT = 300.0
+# LongMemEval questions the gate reports: each is a vault of about 500 turns to embed, so a
+# few keep the gate's added time to a couple of minutes; scripts/bench_longmemeval.py runs all.
+LONGMEMEVAL_QUESTIONS = 2
 
 Search = Callable[[str], SearchResult]
 
@@ -174,6 +179,45 @@ def locomo_section() -> str:
     return "\n".join(lines) + "\n"
 
 
+def longmemeval_section() -> str:
+    """A few LongMemEval questions beside the corpus (reported, not gated), or a line: skipped."""
+    files = bench_longmemeval.question_files()
+    if not files:
+        line = (
+            f"LongMemEval skipped: no questions in {bench_longmemeval.DATA} (set SQUIRREL_LONGMEMEVAL_DATA)."
+        )
+        print(f"recall gate: {line}", file=sys.stderr)
+        return f"\n## LongMemEval\n\n{line}\n"
+    began = time.monotonic()
+    questions = bench_longmemeval.pick(
+        [bench_longmemeval.load(path) for path in files], LONGMEMEVAL_QUESTIONS
+    )
+    rows: dict[str, list[dict[str, float]]] = {"words only": [], "hybrid": []}
+    for question in questions:
+        for name, scores in calibrate_floor.longmemeval_rows(question).items():
+            rows[name].append(scores)
+    lines = [
+        "",
+        "## LongMemEval",
+        "",
+        f"Reported beside the corpus, not gated: {len(questions)} of LongMemEval's questions, stratified",
+        f"by type ({', '.join(q.question_type for q in questions)}; read at run time from outside the",
+        "repository), each its own vault of its haystack's turns (one memory per turn), the question",
+        f"searched through `run_search` with limit 10 ({time.monotonic() - began:.0f} s). So few questions",
+        "only show that it runs; every question, through the real server, with the method and the",
+        "measures, in [benchmarks/longmemeval.md](benchmarks/longmemeval.md).",
+        "",
+        "| ranking | " + " | ".join(bench_longmemeval.MEASURES) + " |",
+        "|---|" + "---:|" * len(bench_longmemeval.MEASURES),
+    ]
+    for name, scores in rows.items():
+        figures = bench_longmemeval.mean_scores(scores)
+        lines.append(
+            f"| {name} | " + " | ".join(f"{figures[m]:.3f}" for m in bench_longmemeval.MEASURES) + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     """Run the gate; print and write the report; 0 if every condition holds."""
     began = time.monotonic()
@@ -208,6 +252,7 @@ def main() -> int:
         vault.close()
     conditions = gate(figures)
     text = report(figures, conditions, model, time.monotonic() - began) + locomo_section()
+    text += longmemeval_section()
     figure_pages.write_page(REPORT, ROOT, text)
     print(text)
     if not all(held for _, held in conditions):
