@@ -2,6 +2,7 @@
 
     embedder = load()                      # ModelNotLoaded(reason, file) if refused
     vectors = embedder.embed(["text", ...])  # float32, one L2-normalised row per text
+    pieces = embedder.passages(text, 128, 64)  # [] when the text fits the model's window
 
 The graph returns token embeddings; the mean over real tokens (weighted by the
 attention mask, so padding never counts) and the L2 normalisation happen here,
@@ -110,6 +111,11 @@ class Embedder:
             from tokenizers import Tokenizer  # imported with the runtime, not at server start
 
             tokenizer = Tokenizer.from_str(files[manifest.tokenizer_file].decode("utf-8"))
+            # The same tokenizer uncut and unpadded (the file sets both), to count a text's tokens
+            # and find where its passages start and end.
+            counter = Tokenizer.from_str(files[manifest.tokenizer_file].decode("utf-8"))
+            counter.no_truncation()
+            counter.no_padding()
             # Truncate at the model's limit; pad each batch only to its longest text.
             tokenizer.enable_truncation(max_length=manifest.max_tokens)
             pad_id = tokenizer.token_to_id(manifest.pad_token)
@@ -134,6 +140,7 @@ class Embedder:
         if not declared <= INPUTS & set(manifest.onnx_inputs) or manifest.onnx_output not in outputs:
             raise ModelNotLoaded("runtime")
         self._tokenizer = tokenizer
+        self._counter = counter
         self._session: Any = session
         self._inputs = declared
         # One real run before "ready", so a graph that loads but cannot run is refused now.
@@ -157,6 +164,34 @@ class Embedder:
             (hidden,) = self._session.run([self.manifest.onnx_output], feeds)
             out[start : start + len(encodings)] = mean_pool(hidden, columns["attention_mask"])
         return out
+
+    def passages(self, text: str, size: int, overlap: int) -> list[str]:
+        """[] when `text` fits the model's window; else its passages of `size` tokens, `overlap` shared.
+
+        The window counts the two special tokens the model adds. Each passage is a piece of
+        `text` cut at token boundaries; consecutive ones share `overlap` tokens, and the last
+        ends where the text does, so every token is in one passage (at least) of `size`.
+        """
+        if not 0 <= overlap < size:
+            raise ValueError("a passage must be longer than its overlap")
+        offsets = self._counter.encode(text, add_special_tokens=False).offsets
+        if len(offsets) + 2 <= self.manifest.max_tokens:
+            return []
+        spans = windows(len(offsets), size, overlap)
+        return [text[offsets[start][0] : offsets[end - 1][1]] for start, end in spans]
+
+
+def windows(count: int, size: int, overlap: int) -> list[tuple[int, int]]:
+    """The [start, end) token ranges of the passages of a text of `count` tokens.
+
+    A passage of `size` starts every `size - overlap` tokens; the last one ends with the
+    text (a text no longer than `size` is one passage).
+    """
+    if count <= size:
+        return [(0, count)]
+    starts = list(range(0, count - size, size - overlap))
+    starts.append(count - size)
+    return [(start, start + size) for start in starts]
 
 
 def load(

@@ -75,8 +75,12 @@ class Hybrid(WarmUp):
         )
 
     def _cosines(self, vector: vectors.Matrix) -> vectors.Matrix:
-        """Every row's cosine to `vector`: one matrix product over the contiguous rows. Under the lock."""
-        cosines: vectors.Matrix = np.clip(self.table.matrix() @ vector, -1.0, 1.0)
+        """Every memory's cosine to `vector`, the best of its whole text's and its passages'. Under the lock.
+
+        A long memory is read whole this way: a fact anywhere in it is as close to a query as
+        the passage holding it.
+        """
+        cosines: vectors.Matrix = np.clip(self.table.cosines(vector), -1.0, 1.0)
         return cosines
 
     def cosines(self, query: str) -> dict[str, float]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import os
 import sys
 import threading
@@ -27,11 +28,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
+
 from squirrel_mcp.plugin_api import MemoryReader, Revision
 from squirrel_mcp_embeddings import vectors
 
-# Bumped whenever `recipe` changes: the vector file records it, so every memory is embedded again.
-RECIPE_VERSION = 1
+# Bumped whenever `recipe` or the passages (their size, their overlap) change: the vector file
+# records it, so every memory is embedded again. 1: whole texts only, cut at the model's window.
+RECIPE_VERSION = 2
+# A memory longer than the model's window is also embedded as passages of this many tokens, each
+# sharing PASSAGE_OVERLAP with the next (docs/benchmarks/long-memories.md: how they were chosen).
+PASSAGE_TOKENS = 128
+PASSAGE_OVERLAP = 64
 # The warm-up embeds this many memories at a time: small, so that stopping (at shutdown) and
 # a search's turn at the vectors never wait long, large enough to keep the runtime efficient.
 WARM_UP_BATCH = 16
@@ -59,6 +67,10 @@ class Embeds(Protocol):
         """One L2-normalised float32 row per text."""
         ...
 
+    def passages(self, text: str, size: int, overlap: int) -> list[str]:
+        """[] when `text` fits the model's window; else its overlapping passages of `size` tokens."""
+        ...
+
 
 def warm_up_threads(cores: int | None = None) -> int:
     """How many threads warm up: half the cores this process may run on (`cores`), at least one.
@@ -80,6 +92,25 @@ def recipe(memory: Revision) -> str:
     extras = ", ".join([*memory.tags, *memory.keywords])
     text = f"{memory.entity}: {memory.text}" if memory.entity else memory.text
     return f"{text} ({extras})" if extras else text
+
+
+# Each memory's whole-text vector (row i for memory i), and each memory's passage vectors.
+Embedded = tuple[vectors.Matrix, list[vectors.Matrix]]
+
+
+def embed_memories(embedder: Embeds, memories: Sequence[Revision]) -> Embedded:
+    """The vectors of `memories`: each one's whole recipe, and each one's passages (none when it fits).
+
+    The whole texts are embedded together, as they always were, so a memory that fits the
+    model's window gets the very vector it had before passages existed; the passages after.
+    """
+    texts = [recipe(memory) for memory in memories]
+    wholes = embedder.embed(texts)
+    pieces = [embedder.passages(text, PASSAGE_TOKENS, PASSAGE_OVERLAP) for text in texts]
+    flat = [piece for some in pieces for piece in some]
+    made = embedder.embed(flat) if flat else np.zeros((0, wholes.shape[1]), dtype=np.float32)
+    bounds = np.cumsum([0, *map(len, pieces)])
+    return wholes, [made[start:end] for start, end in itertools.pairwise(bounds.tolist())]
 
 
 def _lower_priority(nice: int) -> None:
@@ -210,7 +241,7 @@ class WarmUp:
         self._in_flight += len(batch)
         return list(batch.values())
 
-    def _store(self, batch: Sequence[Revision], made: vectors.Matrix) -> None:
+    def _store(self, batch: Sequence[Revision], made: Embedded) -> None:
         """Keep the vectors of a batch whose memories did not change meanwhile. Under the lock."""
         kept = []
         for n, memory in enumerate(batch):
@@ -222,7 +253,10 @@ class WarmUp:
             else:
                 # Changed while it was embedded: queued again, at its new revision.
                 self._queue.append(memory.id)
-        self.table.put_many(((batch[n].id, batch[n].revision) for n in kept), made[kept])
+        wholes, passages = made
+        self.table.put_many(
+            ((batch[n].id, batch[n].revision) for n in kept), wholes[kept], [passages[n] for n in kept]
+        )
         for n in kept:
             del self.pending[batch[n].id]
         self.embedded += len(kept)
@@ -237,10 +271,10 @@ class WarmUp:
             self._queue.extendleft(reversed([memory.id for memory in batch]))
             self._stored.notify_all()
 
-    def _embed(self, batch: Sequence[Revision]) -> vectors.Matrix:
+    def _embed(self, batch: Sequence[Revision]) -> Embedded:
         """The batch's vectors, outside the lock (searches go on); counts the time for the estimate."""
         began = self._clock()
-        made = self._embedder.embed([recipe(memory) for memory in batch])
+        made = embed_memories(self._embedder, batch)
         with self._lock:
             self._warm_seconds += self._clock() - began
             self._warm_count += len(batch)

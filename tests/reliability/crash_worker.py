@@ -60,6 +60,10 @@ class FakeEmbedder:
         """One deterministic unit row per text."""
         return np.stack([fake_vector(text) for text in texts]).astype(np.float32)
 
+    def passages(self, text: str, size: int, overlap: int) -> list[str]:
+        """None: the fake reads any text whole."""
+        return []
+
 
 def say(line: str) -> None:
     """One line to the test, in a single write."""
