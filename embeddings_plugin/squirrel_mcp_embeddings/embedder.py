@@ -2,7 +2,7 @@
 
     embedder = load()                      # ModelNotLoaded(reason, file) if refused
     vectors = embedder.embed(["text", ...])  # float32, one L2-normalised row per text
-    pieces = embedder.passages(text, 128, 64)  # [] when the text fits the model's window
+    embedder.fits(text)                    # whether the model reads all of it (256 tokens)
 
 The graph returns token embeddings; the mean over real tokens (weighted by the
 attention mask, so padding never counts) and the L2 normalisation happen here,
@@ -165,33 +165,14 @@ class Embedder:
             out[start : start + len(encodings)] = mean_pool(hidden, columns["attention_mask"])
         return out
 
-    def passages(self, text: str, size: int, overlap: int) -> list[str]:
-        """[] when `text` fits the model's window; else its passages of `size` tokens, `overlap` shared.
+    def token_offsets(self, text: str) -> list[tuple[int, int]]:
+        """The [start, end) characters of each of `text`'s tokens, all of them (no cut, no special tokens)."""
+        offsets: list[tuple[int, int]] = self._counter.encode(text, add_special_tokens=False).offsets
+        return offsets
 
-        The window counts the two special tokens the model adds. Each passage is a piece of
-        `text` cut at token boundaries; consecutive ones share `overlap` tokens, and the last
-        ends where the text does, so every token is in one passage (at least) of `size`.
-        """
-        if not 0 <= overlap < size:
-            raise ValueError("a passage must be longer than its overlap")
-        offsets = self._counter.encode(text, add_special_tokens=False).offsets
-        if len(offsets) + 2 <= self.manifest.max_tokens:
-            return []
-        spans = windows(len(offsets), size, overlap)
-        return [text[offsets[start][0] : offsets[end - 1][1]] for start, end in spans]
-
-
-def windows(count: int, size: int, overlap: int) -> list[tuple[int, int]]:
-    """The [start, end) token ranges of the passages of a text of `count` tokens.
-
-    A passage of `size` starts every `size - overlap` tokens; the last one ends with the
-    text (a text no longer than `size` is one passage).
-    """
-    if count <= size:
-        return [(0, count)]
-    starts = list(range(0, count - size, size - overlap))
-    starts.append(count - size)
-    return [(start, start + size) for start in starts]
+    def fits(self, text: str) -> bool:
+        """Whether the model reads all of `text`: its tokens and the two special ones fit its window."""
+        return len(self._counter.encode(text, add_special_tokens=False).ids) + 2 <= self.manifest.max_tokens
 
 
 def load(

@@ -31,15 +31,11 @@ from typing import Protocol
 import numpy as np
 
 from squirrel_mcp.plugin_api import MemoryReader, Revision
-from squirrel_mcp_embeddings import vectors
+from squirrel_mcp_embeddings import passages, vectors
 
-# Bumped whenever `recipe` or the passages (their size, their overlap) change: the vector file
-# records it, so every memory is embedded again. 1: whole texts only, cut at the model's window.
+# Bumped whenever `recipe` or `passages_of` (passages.py) change: the vector file records it, so
+# every memory is embedded again. 1: whole texts only, cut at the model's window; 2: passages too.
 RECIPE_VERSION = 2
-# A memory longer than the model's window is also embedded as passages of this many tokens, each
-# sharing PASSAGE_OVERLAP with the next (docs/benchmarks/long-memories.md: how they were chosen).
-PASSAGE_TOKENS = 128
-PASSAGE_OVERLAP = 64
 # The warm-up embeds this many memories at a time: small, so that stopping (at shutdown) and
 # a search's turn at the vectors never wait long, large enough to keep the runtime efficient.
 WARM_UP_BATCH = 16
@@ -67,8 +63,12 @@ class Embeds(Protocol):
         """One L2-normalised float32 row per text."""
         ...
 
-    def passages(self, text: str, size: int, overlap: int) -> list[str]:
-        """[] when `text` fits the model's window; else its overlapping passages of `size` tokens."""
+    def fits(self, text: str) -> bool:
+        """Whether the model reads all of `text`."""
+        ...
+
+    def token_offsets(self, text: str) -> list[tuple[int, int]]:
+        """The [start, end) characters of each of `text`'s tokens."""
         ...
 
 
@@ -94,23 +94,38 @@ def recipe(memory: Revision) -> str:
     return f"{text} ({extras})" if extras else text
 
 
+def passages_of(embedder: Embeds, memory: Revision) -> list[str]:
+    """The passages a memory is embedded from besides its recipe: none when the model reads it whole.
+
+    Each is `entity: passage` (passages.py cuts the text), as the memory would be embedded
+    if it held that passage alone.
+    """
+    if embedder.fits(recipe(memory)):
+        return []
+    prefix = f"{memory.entity}: " if memory.entity else ""
+    return [prefix + piece for piece in passages.passages(memory.text, embedder.token_offsets(memory.text))]
+
+
 # Each memory's whole-text vector (row i for memory i), and each memory's passage vectors.
 Embedded = tuple[vectors.Matrix, list[vectors.Matrix]]
 
 
 def embed_memories(embedder: Embeds, memories: Sequence[Revision]) -> Embedded:
-    """The vectors of `memories`: each one's whole recipe, and each one's passages (none when it fits).
+    """The vectors of `memories`: each one's recipe, and each one's passages (none when it fits).
 
-    The whole texts are embedded together, as they always were, so a memory that fits the
-    model's window gets the very vector it had before passages existed; the passages after.
+    The recipes are embedded together, as they always were, so a memory that fits the
+    model's window gets the very vector it had before passages existed. The passages are
+    embedded shortest first, so a batch is padded to about its own length, not the longest's.
     """
-    texts = [recipe(memory) for memory in memories]
-    wholes = embedder.embed(texts)
-    pieces = [embedder.passages(text, PASSAGE_TOKENS, PASSAGE_OVERLAP) for text in texts]
+    wholes = embedder.embed([recipe(memory) for memory in memories])
+    pieces = [passages_of(embedder, memory) for memory in memories]
     flat = [piece for some in pieces for piece in some]
-    made = embedder.embed(flat) if flat else np.zeros((0, wholes.shape[1]), dtype=np.float32)
-    bounds = np.cumsum([0, *map(len, pieces)])
-    return wholes, [made[start:end] for start, end in itertools.pairwise(bounds.tolist())]
+    order = sorted(range(len(flat)), key=lambda n: len(flat[n]))
+    made = np.zeros((len(flat), wholes.shape[1]), dtype=np.float32)
+    if flat:
+        made[order] = embedder.embed([flat[n] for n in order])
+    bounds = np.cumsum([0, *map(len, pieces)]).tolist()
+    return wholes, [made[start:end] for start, end in itertools.pairwise(bounds)]
 
 
 def _lower_priority(nice: int) -> None:
@@ -253,9 +268,9 @@ class WarmUp:
             else:
                 # Changed while it was embedded: queued again, at its new revision.
                 self._queue.append(memory.id)
-        wholes, passages = made
+        wholes, pieces = made
         self.table.put_many(
-            ((batch[n].id, batch[n].revision) for n in kept), wholes[kept], [passages[n] for n in kept]
+            ((batch[n].id, batch[n].revision) for n in kept), wholes[kept], [pieces[n] for n in kept]
         )
         for n in kept:
             del self.pending[batch[n].id]
