@@ -6,10 +6,12 @@ loses its vector and is queued again, a deleted one is forgotten (`changed`). Th
 warm-up embeds every memory without a current vector, WARM_UP_BATCH at a time: in
 threads of the plugin's own at a lower priority (`start_warm_up`: one per two cores
 this process may run on, at least one; each stopped after its batch in progress by
-`stop_warm_up`), or in the caller's thread until none is left (`warm_all`). The
-vector file is written by another thread of the plugin's own (every SAVE_EVERY seconds
-while warming up, and when the backlog is done) or by `flush`, so no search waits for
-the disk.
+`stop_warm_up`), or in the caller's thread until none is left (`warm_all`). A memory
+is embedded from its `recipe`, and one longer than the model's window from each of
+its passages too (`passages_of`, passages.py), all in the same batch. The vector file
+is written by another thread of the plugin's own (every SAVE_EVERY seconds while
+warming up, and when the backlog is done) or by `flush`, so no search waits for the
+disk.
 
 The ranker over these vectors is ranker.Hybrid, a WarmUp. Lines written, each at most
 once: RUNTIME_FAILED, UNWRITABLE, REBUILT. None holds memory text, a key or a vector.
