@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +26,7 @@ from squirrel_mcp.core.models import Revision
 from squirrel_mcp.plugin_api import SEALED_PREFIX, TAG_BYTES, seal_in_place
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp_embeddings import embedder, hooks, passages, vectors, warmup
-from tests.conftest import PASSPHRASE, call, needs_model, search_warm
+from tests.conftest import PASSPHRASE, call, needs_model, search_warm, secrets_of_this_test
 from tests.long_memories import LONGEST, POSITIONS, SHORTEST, LongMemory, load, shared_words
 from tests.test_hybrid_stdio import READY, hybrid_env, memory_lines, server, vector_file
 
@@ -271,3 +274,40 @@ async def test_a_vector_file_from_before_passages_is_embedded_again_once(
         await search_warm(client, query=long.question)
     assert path.stat().st_mtime_ns == written
     assert memory_lines(errors) == [READY]
+
+
+@needs_model
+def test_the_diagnostic_reads_a_long_memory_by_its_passages(tmp_path: Path) -> None:
+    """squirrel-mcp-diagnose ranks and scores a long memory by its best passage, as search does."""
+    vault = tmp_path / "data" / "vault.sqlite3"
+    vault.parent.mkdir(mode=0o700)
+    store = MemoryStore.create(LocalVault(vault, create=True), PASSPHRASE)
+    for memory in SET:
+        store.save(entity=memory.entity, text=memory.text("last"), category="note", tags=[], keywords=[])
+    store._log.storage.close()
+    queries = tmp_path / "queries.json"
+    asked = [by_name(name) for name in AT_THE_END]
+    queries.write_text(json.dumps([{"query": m.question, "expect": m.fact[:24]} for m in asked]))
+    secrets_of_this_test().add([m.question for m in asked] + [m.text("last") for m in SET])
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("squirrel-mcp-diagnose")), str(queries)],
+        env={
+            "PATH": os.environ["PATH"],
+            "SQUIRREL_VAULT": str(vault),
+            "SQUIRREL_PASSPHRASE": PASSPHRASE,
+            "HOME": str(tmp_path / "home"),
+            "XDG_CACHE_HOME": str(tmp_path / "xdg-cache"),
+            "SQUIRREL_MCP_PLUGINS": "embeddings",
+            "TMPDIR": str(tmp_path),
+        },
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if " · cosine " in line]
+    assert len(lines) == len(asked)
+    for line in lines:
+        # A match among the first 5, above the floor: only a passage reads a fact at the end.
+        assert re.search(r"  match [1-5] of \d+ · by meaning [1-5] of \d+ · .* above the floor$", line), line
