@@ -287,13 +287,13 @@ def report(
         "## Cost: the warm-up and the vector file",
         "",
         "The warm-up: from the server's first answer by meaning (the model loaded) to its first",
-        f"answer without the warm-up's note, polled every {POLL} s; the median of {args.rounds} rounds,",
-        "the builds taking turns in each round on the same vault. The file: the vector file the server",
-        "left. Long: memories longer than the model's window; rows: the vectors embedded, one per",
-        "memory plus the passages.",
+        f"answer without the warm-up's note, polled every {POLL} s; the median of the rounds run (up",
+        f"to {args.rounds}), the builds taking turns in each round on the same vault. The file: the",
+        "vector file the server left. Long: memories longer than the model's window; rows: the",
+        "vectors embedded, one per memory plus the passages.",
         "",
-        "| corpus | memories | long | build | rows | warm-up (s) | vector file (bytes) |",
-        "|---|---:|---:|---|---:|---:|---:|",
+        "| corpus | memories | long | build | rows | rounds | warm-up (s) | vector file (bytes) |",
+        "|---|---:|---:|---|---:|---:|---:|---:|",
     ]
     medians: dict[tuple[str, str], tuple[int, float, float]] = {}
     for name, corpus in corpora.items():
@@ -303,7 +303,10 @@ def report(
             warm = statistics.median(run.warm_seconds for run in runs[name][build])
             size = statistics.median(run.file_bytes for run in runs[name][build])
             medians[name, build] = rows, warm, size
-            lines.append(f"| {name} | {memories} | {long} | {build} | {rows} | {warm:.1f} | {size:,.0f} |")
+            done = len(runs[name][build])
+            lines.append(
+                f"| {name} | {memories} | {long} | {build} | {rows} | {done} | {warm:.1f} | {size:,.0f} |"
+            )
     if "before" in builds:
         lines += [
             "",
