@@ -87,10 +87,14 @@ def test_the_table_keeps_each_memorys_passages_through_puts_removals_and_its_fil
     for memory_id, (whole, passages) in held.items():
         assert np.array_equal(read.vector(memory_id), whole)
         assert np.array_equal(read.passages(memory_id), passages)
-    # Read from the file, then changed: removals still move the right rows.
+    # Read from the file (rows and passages where they were decrypted), then changed: removals
+    # still move the right rows, and a new memory grows both matrices.
     for memory_id in list(held)[::2]:
         read.remove(memory_id)
         del held[memory_id]
+    whole, more = unit(1), unit(70)
+    read.put_many([("new", 1)], whole, [more])
+    held["new"] = (whole[0], more)
     query = unit(1)[0]
     for memory_id, cosine in zip(read.ids, read.cosines(query).tolist(), strict=True):
         whole, passages = held[memory_id]

@@ -99,6 +99,9 @@ class VectorTable:
         self._passage_count = 0
         # Memory id -> its passages' rows, for the memories that have any.
         self._held: dict[str, list[int]] = {}
+        # True while rows and passages are views of one buffer (a file read in place): growing
+        # either copies both, or the buffer would stay alive for the other's sake.
+        self._shared = False
 
     def __len__(self) -> int:
         return self._count
@@ -204,20 +207,13 @@ class VectorTable:
     ) -> None:
         """Load an empty table in one step (reading the file: no per-row Python work on the matrix).
 
-        `rows` becomes the table's matrix as it is when it is a writable, aligned float32
-        array of its own (a file's rows, decrypted in place): no copy. Otherwise it is copied.
-        `passages` (row j of memory row `owners[j]`) are copied, so the file's buffer is held by
-        the memories' rows alone.
+        `rows` and `passages` (row j of memory row `owners[j]`) become the table's matrices as
+        they are when each is a writable, aligned float32 array (a file's rows, decrypted in
+        place): no copy. Otherwise they are copied.
         """
         if len(set(ids)) != len(ids) or len(revisions) != len(ids):
             raise ValueError("rows")
-        usable = (
-            rows.dtype == np.float32
-            and rows.flags.c_contiguous
-            and rows.flags.aligned
-            and rows.flags.writeable
-        )
-        self._rows = rows if usable else np.ascontiguousarray(rows, dtype=np.float32).copy()
+        self._rows = _in_place(rows)
         self._count = len(ids)
         self.ids, self.revisions = ids, revisions
         self._row = {memory_id: n for n, memory_id in enumerate(ids)}
@@ -225,7 +221,7 @@ class VectorTable:
             return
         if len(owners) != len(passages) or owners.min() < 0 or owners.max() >= len(ids):
             raise ValueError("passages")
-        self._passages = np.array(passages, dtype=np.float32)
+        self._passages = _in_place(passages)
         self._owner = np.array(owners, dtype=np.intp)
         self._passage_count = len(passages)
         for at, owner in enumerate(self._owner.tolist()):
@@ -275,6 +271,9 @@ class VectorTable:
         )
         grown[: self._count] = self._rows[: self._count]
         self._rows = grown
+        if self._shared:
+            # The passages were read into the same buffer as the rows: copied too, so it can go.
+            self._passages, self._shared = self._passages.copy(), False
 
     def _reserve_passages(self, needed: int) -> None:
         """Make room for `needed` passage rows in all, growing by an eighth as `reserve` does."""
@@ -286,6 +285,9 @@ class VectorTable:
         grown[: self._passage_count] = self._passages[: self._passage_count]
         owner[: self._passage_count] = self._owner[: self._passage_count]
         self._passages, self._owner = grown, owner
+        if self._shared:
+            # The rows were read into the same buffer as the passages: copied too, so it can go.
+            self._rows, self._shared = self._rows.copy(), False
 
     # The file -----------------------------------------------------------------
 
@@ -371,10 +373,19 @@ class VectorTable:
                 vectors[len(rows) :],
                 owners,
             )
+            table._shared = len(owners) > 0
         except (ValueError, KeyError, TypeError, struct.error) as error:
             # Authenticated yet unreadable: only a bug of ours could write it; rebuild all the same.
             raise VectorFileError("the vector file's content is malformed") from error
         return table
+
+
+def _in_place(rows: Matrix) -> Matrix:
+    """`rows` itself when it is a writable, aligned, C-contiguous float32 array; else a copy that is."""
+    usable = (
+        rows.dtype == np.float32 and rows.flags.c_contiguous and rows.flags.aligned and rows.flags.writeable
+    )
+    return rows if usable else np.ascontiguousarray(rows, dtype=np.float32).copy()
 
 
 def load(path: Path, key: bytes, account_id: str, stamp: Stamp) -> VectorTable | None:
