@@ -279,8 +279,13 @@ def report(
     gap = max(own - statistics.fmean(found["now"][placing]) for placing in POSITIONS)
     lines += [
         "",
-        f"Target: within 10 points of the own-memory rate at every placing. Now: at most {gap * 100:.1f}",
-        f"points under it ({'met' if gap <= 0.1 + 1e-9 else 'NOT met'}).",
+        "Target: within 10 points of the own-memory rate at every placing. Now: "
+        + (
+            f"at most {gap * 100:.1f} points under it"
+            if gap > 0
+            else f"at least {-gap * 100:.1f} points above it"
+        )
+        + f" ({'met' if gap <= 0.1 + 1e-9 else 'NOT met'}).",
     ]
     lines += [
         "",
