@@ -377,6 +377,9 @@ def bench(session: nox.Session) -> None:
     session.run("python", "scripts/bench_projects.py")
     session.run("python", "scripts/bench_embed.py")
     session.run("python", "scripts/bench_warmup.py")
+    # Long memories read whole (passages): the gain on tests/data/long_memories.json and the cost.
+    # The published table also has the build before passages (`--baseline PYTHON`, by hand).
+    session.run("python", "scripts/bench_long_memories.py")
     session.run("python", "scripts/bench_shared.py")
     session.run("python", "scripts/bench_hooks.py")
     session.run("python", "scripts/bench_vault_look.py")

@@ -2,6 +2,7 @@
 
     embedder = load()                      # ModelNotLoaded(reason, file) if refused
     vectors = embedder.embed(["text", ...])  # float32, one L2-normalised row per text
+    embedder.fits(text)                    # whether the model reads all of it (256 tokens)
 
 The graph returns token embeddings; the mean over real tokens (weighted by the
 attention mask, so padding never counts) and the L2 normalisation happen here,
@@ -110,6 +111,11 @@ class Embedder:
             from tokenizers import Tokenizer  # imported with the runtime, not at server start
 
             tokenizer = Tokenizer.from_str(files[manifest.tokenizer_file].decode("utf-8"))
+            # The same tokenizer uncut and unpadded (the file sets both), to count a text's tokens
+            # and find where its passages start and end.
+            counter = Tokenizer.from_str(files[manifest.tokenizer_file].decode("utf-8"))
+            counter.no_truncation()
+            counter.no_padding()
             # Truncate at the model's limit; pad each batch only to its longest text.
             tokenizer.enable_truncation(max_length=manifest.max_tokens)
             pad_id = tokenizer.token_to_id(manifest.pad_token)
@@ -134,6 +140,7 @@ class Embedder:
         if not declared <= INPUTS & set(manifest.onnx_inputs) or manifest.onnx_output not in outputs:
             raise ModelNotLoaded("runtime")
         self._tokenizer = tokenizer
+        self._counter = counter
         self._session: Any = session
         self._inputs = declared
         # One real run before "ready", so a graph that loads but cannot run is refused now.
@@ -157,6 +164,15 @@ class Embedder:
             (hidden,) = self._session.run([self.manifest.onnx_output], feeds)
             out[start : start + len(encodings)] = mean_pool(hidden, columns["attention_mask"])
         return out
+
+    def token_offsets(self, text: str) -> list[tuple[int, int]]:
+        """The [start, end) characters of each of `text`'s tokens, all of them (no cut, no special tokens)."""
+        offsets: list[tuple[int, int]] = self._counter.encode(text, add_special_tokens=False).offsets
+        return offsets
+
+    def fits(self, text: str) -> bool:
+        """Whether the model reads all of `text`: its tokens and the two special ones fit its window."""
+        return len(self._counter.encode(text, add_special_tokens=False).ids) + 2 <= self.manifest.max_tokens
 
 
 def load(

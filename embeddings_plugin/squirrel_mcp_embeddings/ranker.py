@@ -2,7 +2,8 @@
 
 `Hybrid` is a warmup.WarmUp that also ranks. Each search embeds the query and answers
 at once with `fusion.ranked` over the lexical candidates and the memories found by
-meaning (a cosine at or above the model's floor, live, passing the filters), then up
+meaning (a cosine at or above the model's floor, live, passing the filters; a long
+memory's cosine is its best passage's or its whole text's), then up
 to MAX_NEAR_MISSES near misses below the floor when asked. While memories are still
 waiting for their vectors, their word matches go to the front of the warm-up's queue
 and the answer carries a note saying how far the warm-up is and about how long it
@@ -79,8 +80,12 @@ class Hybrid(WarmUp):
         )
 
     def _cosines(self, vector: vectors.Matrix) -> vectors.Matrix:
-        """Every row's cosine to `vector`: one matrix product over the contiguous rows. Under the lock."""
-        cosines: vectors.Matrix = np.clip(self.table.matrix() @ vector, -1.0, 1.0)
+        """Every memory's cosine to `vector`, the best of its whole text's and its passages'. Under the lock.
+
+        A long memory is read whole this way: a fact anywhere in it is as close to a query as
+        the passage holding it.
+        """
+        cosines: vectors.Matrix = np.clip(self.table.cosines(vector), -1.0, 1.0)
         return cosines
 
     def cosines(self, query: str) -> dict[str, float]:

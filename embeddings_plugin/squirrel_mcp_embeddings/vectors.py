@@ -13,9 +13,12 @@ and the body, once opened:
     length of the meta JSON (4 bytes, big-endian) | meta JSON | float32 rows, little-endian
 
 where the meta JSON holds the model id, the manifest's SHA-256, the text recipe's
-version, the dimensions, and each row's memory id and revision in row order. A
-file whose model, manifest or recipe differs from the running one is dropped
-whole: every memory is embedded again.
+version, the dimensions, each row's memory id and revision in row order, and
+`passages`: [row, count] for each memory longer than the model's window. The rows
+are first one per memory (its whole text), then the passages, `count` rows for the
+memory of `row` after those of the entry before. A file whose model, manifest or
+recipe differs from the running one is dropped whole: every memory is embedded
+again (a file of recipe 1, before passages, is read and dropped so).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import json
 import os
 import re
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,10 +78,12 @@ def vector_path(account_id: str, environ: Mapping[str, str] = os.environ) -> Pat
 
 
 class VectorTable:
-    """Memory id -> (revision, unit vector), as rows of one contiguous float32 matrix.
+    """Memory id -> (revision, unit vector, passage vectors), as rows of two contiguous float32 matrices.
 
-    Cosines against a query are one matrix product over `matrix()`, never a loop.
-    A removed row is filled by the last one, so the rows stay contiguous.
+    Every memory has one row, its whole text's vector; a memory longer than the model's
+    window also has passage rows, each naming its memory's row (`_owner`). Cosines
+    against a query are two matrix products, never a loop. A removed row is filled by
+    the last one, so the rows stay contiguous.
     """
 
     def __init__(self, dimensions: int) -> None:
@@ -89,12 +94,25 @@ class VectorTable:
         self.ids: list[str] = []
         self.revisions: list[int] = []
         self._row: dict[str, int] = {}
+        self._passages: Matrix = np.zeros((0, dimensions), dtype=np.float32)
+        self._owner: npt.NDArray[np.intp] = np.zeros(0, dtype=np.intp)
+        self._passage_count = 0
+        # Memory id -> its passages' rows, for the memories that have any.
+        self._held: dict[str, list[int]] = {}
+        # True while rows and passages are views of one buffer (a file read in place): growing
+        # either copies both, or the buffer would stay alive for the other's sake.
+        self._shared = False
 
     def __len__(self) -> int:
         return self._count
 
     def __contains__(self, memory_id: object) -> bool:
         return memory_id in self._row
+
+    @property
+    def passage_count(self) -> int:
+        """How many passage rows the table holds, over all memories."""
+        return self._passage_count
 
     def row(self, memory_id: str) -> int | None:
         """The row of a memory's vector, or None when it has none."""
@@ -106,23 +124,47 @@ class VectorTable:
         return None if row is None else self.revisions[row]
 
     def matrix(self) -> Matrix:
-        """The live rows (a view, C-contiguous): row i is the vector of ids[i]."""
+        """The live rows (a view, C-contiguous): row i is the whole-text vector of ids[i]."""
         rows: Matrix = self._rows[: self._count]
         return rows
 
     def vector(self, memory_id: str) -> Matrix:
-        """One memory's vector (a copy)."""
+        """One memory's whole-text vector (a copy)."""
         vector: Matrix = self._rows[self._row[memory_id]].copy()
         return vector
 
-    def put_many(self, entries: Iterable[tuple[str, int]], vectors: Matrix) -> None:
-        """Set the vectors of these (id, revision) pairs, row i of `vectors` for the i-th pair."""
+    def passages(self, memory_id: str) -> Matrix:
+        """One memory's passage vectors in the order they were put (a copy; no rows for a short memory)."""
+        rows: Matrix = self._passages[self._held.get(memory_id, [])].copy()
+        return rows
+
+    def cosines(self, query: Matrix) -> Matrix:
+        """Each memory's cosine to the unit vector `query` (row i: ids[i]).
+
+        A memory's cosine is the best of its whole text's and its passages'.
+        """
+        best: Matrix = self.matrix() @ query
+        if self._passage_count:
+            count = self._passage_count
+            np.maximum.at(best, self._owner[:count], self._passages[:count] @ query)
+        return best
+
+    def put_many(
+        self, entries: Iterable[tuple[str, int]], vectors: Matrix, passages: Sequence[Matrix] | None = None
+    ) -> None:
+        """Set the vectors of these (id, revision) pairs, row i of `vectors` for the i-th pair.
+
+        `passages`: the i-th pair's passage vectors (none: no passages), replacing any it had.
+        """
         pairs = list(entries)
-        if vectors.shape != (len(pairs), self.dimensions):
+        none = np.zeros((0, self.dimensions), dtype=np.float32)
+        pieces = [none] * len(pairs) if passages is None else passages
+        if vectors.shape != (len(pairs), self.dimensions) or len(pieces) != len(pairs):
             raise ValueError("one vector per memory, of the model's dimensions")
         new = sum(1 for memory_id, _ in pairs if memory_id not in self._row)
         self.reserve(self._count + new)
-        for (memory_id, revision), vector in zip(pairs, vectors, strict=True):
+        self._reserve_passages(self._passage_count + sum(len(piece) for piece in pieces))
+        for (memory_id, revision), vector, piece in zip(pairs, vectors, pieces, strict=True):
             row = self._row.get(memory_id)
             if row is None:
                 row = self._row[memory_id] = self._count
@@ -131,47 +173,90 @@ class VectorTable:
                 self.revisions.append(revision)
             else:
                 self.revisions[row] = revision
+                self._drop_passages(memory_id)
             self._rows[row] = vector
+            if len(piece):
+                if piece.shape[1:] != (self.dimensions,):
+                    raise ValueError("passage vectors of the model's dimensions")
+                at = self._passage_count
+                self._passages[at : at + len(piece)] = piece
+                self._owner[at : at + len(piece)] = row
+                self._held[memory_id] = list(range(at, at + len(piece)))
+                self._passage_count += len(piece)
 
     def copy(self) -> VectorTable:
         """An independent copy (to write while the original keeps changing)."""
         other = VectorTable(self.dimensions)
-        other._fill(list(self.ids), list(self.revisions), self.matrix().copy())
+        count = self._passage_count
+        other._fill(
+            list(self.ids),
+            list(self.revisions),
+            self.matrix().copy(),
+            self._passages[:count].copy(),
+            self._owner[:count].copy(),
+        )
         return other
 
-    def _fill(self, ids: list[str], revisions: list[int], rows: Matrix) -> None:
+    def _fill(
+        self,
+        ids: list[str],
+        revisions: list[int],
+        rows: Matrix,
+        passages: Matrix | None = None,
+        owners: npt.NDArray[np.intp] | None = None,
+    ) -> None:
         """Load an empty table in one step (reading the file: no per-row Python work on the matrix).
 
-        `rows` becomes the table's matrix as it is when it is a writable, aligned float32
-        array of its own (a file's rows, decrypted in place): no copy. Otherwise it is copied.
+        `rows` and `passages` (row j of memory row `owners[j]`) become the table's matrices as
+        they are when each is a writable, aligned float32 array (a file's rows, decrypted in
+        place): no copy. Otherwise they are copied.
         """
         if len(set(ids)) != len(ids) or len(revisions) != len(ids):
             raise ValueError("rows")
-        usable = (
-            rows.dtype == np.float32
-            and rows.flags.c_contiguous
-            and rows.flags.aligned
-            and rows.flags.writeable
-        )
-        self._rows = rows if usable else np.ascontiguousarray(rows, dtype=np.float32).copy()
+        self._rows = _in_place(rows)
         self._count = len(ids)
         self.ids, self.revisions = ids, revisions
         self._row = {memory_id: n for n, memory_id in enumerate(ids)}
+        if passages is None or owners is None or not len(passages):
+            return
+        if len(owners) != len(passages) or owners.min() < 0 or owners.max() >= len(ids):
+            raise ValueError("passages")
+        self._passages = _in_place(passages)
+        self._owner = np.array(owners, dtype=np.intp)
+        self._passage_count = len(passages)
+        for at, owner in enumerate(self._owner.tolist()):
+            self._held.setdefault(ids[owner], []).append(at)
 
     def remove(self, memory_id: str) -> None:
-        """Forget a memory's vector (deleted, or changed and to be embedded again)."""
+        """Forget a memory's vectors (deleted, or changed and to be embedded again)."""
         row = self._row.pop(memory_id, None)
         if row is None:
             return
+        self._drop_passages(memory_id)
         last = self._count - 1
         if row != last:
             moved = self.ids[last]
             self._rows[row] = self._rows[last]
             self.ids[row], self.revisions[row] = moved, self.revisions[last]
             self._row[moved] = row
+            for at in self._held.get(moved, []):
+                self._owner[at] = row
         self.ids.pop()
         self.revisions.pop()
         self._count = last
+
+    def _drop_passages(self, memory_id: str) -> None:
+        """Forget a memory's passage rows; each gap is filled by the last passage row."""
+        for at in sorted(self._held.pop(memory_id, []), reverse=True):
+            last = self._passage_count - 1
+            if at != last:
+                # The last row is another memory's (this one's later rows went first): it moves up.
+                self._passages[at] = self._passages[last]
+                owner = int(self._owner[last])
+                self._owner[at] = owner
+                held = self._held[self.ids[owner]]
+                held[held.index(last)] = at
+            self._passage_count = last
 
     def reserve(self, needed: int) -> None:
         """Make room for `needed` rows in all.
@@ -186,6 +271,23 @@ class VectorTable:
         )
         grown[: self._count] = self._rows[: self._count]
         self._rows = grown
+        if self._shared:
+            # The passages were read into the same buffer as the rows: copied too, so it can go.
+            self._passages, self._shared = self._passages.copy(), False
+
+    def _reserve_passages(self, needed: int) -> None:
+        """Make room for `needed` passage rows in all, growing by an eighth as `reserve` does."""
+        if needed <= len(self._passages):
+            return
+        size = max(needed, len(self._passages) + len(self._passages) // 8, 64)
+        grown = np.zeros((size, self.dimensions), dtype=np.float32)
+        owner = np.zeros(size, dtype=np.intp)
+        grown[: self._passage_count] = self._passages[: self._passage_count]
+        owner[: self._passage_count] = self._owner[: self._passage_count]
+        self._passages, self._owner = grown, owner
+        if self._shared:
+            # The rows were read into the same buffer as the passages: copied too, so it can go.
+            self._rows, self._shared = self._rows.copy(), False
 
     # The file -----------------------------------------------------------------
 
@@ -194,6 +296,11 @@ class VectorTable:
 
         Taken under the caller's lock (it reads the table); `seal_and_write` then seals it in place.
         """
+        count = self._passage_count
+        # The passage rows go to the file grouped by memory, in memory row order, each memory's
+        # in the order they were put.
+        groups = sorted((self._row[memory_id], rows) for memory_id, rows in self._held.items())
+        order = np.array([at for _, rows in groups for at in rows], dtype=np.intp)
         meta = json.dumps(
             {
                 "model": stamp.model,
@@ -204,6 +311,7 @@ class VectorTable:
                     [memory_id, revision]
                     for memory_id, revision in zip(self.ids, self.revisions, strict=True)
                 ],
+                "passages": [[row, len(rows)] for row, rows in groups],
             },
             separators=(",", ":"),
         ).encode()
@@ -212,11 +320,14 @@ class VectorTable:
         # Spaces after the JSON (still valid JSON) so the rows start at a multiple of 4 in the
         # file: a reader can then use them where they were decrypted, without a copy.
         meta += b" " * (-(at + 4 + len(meta)) % 4)
-        buffer = bytearray(at + 4 + len(meta) + rows.nbytes + TAG_BYTES)
+        size = rows.nbytes + count * self.dimensions * 4
+        buffer = bytearray(at + 4 + len(meta) + size + TAG_BYTES)
         buffer[: len(HEADER)] = HEADER
         buffer[at : at + 4 + len(meta)] = struct.pack(">I", len(meta)) + meta
         at += 4 + len(meta)
-        np.frombuffer(buffer, dtype="<f4", count=rows.size, offset=at).reshape(rows.shape)[:] = rows
+        out = np.frombuffer(buffer, dtype="<f4", count=size // 4, offset=at).reshape(-1, self.dimensions)
+        out[: len(rows)] = rows
+        np.take(self._passages[:count], order, axis=0, out=out[len(rows) :])
         return buffer
 
     def to_bytes(self, key: bytes, account_id: str, stamp: Stamp) -> bytearray:
@@ -247,13 +358,34 @@ class VectorTable:
             rows = meta["rows"]
             table = cls(stamp.dimensions)
             if made != stamp:
+                # Another model, manifest or recipe (a file from before passages too): embedded again.
                 return table
-            vectors = np.frombuffer(body, dtype="<f4", offset=4 + length).reshape(len(rows), stamp.dimensions)
-            table._fill([str(i) for i, _ in rows], [int(r) for _, r in rows], vectors)
+            groups = np.array(meta["passages"], dtype=np.intp).reshape(-1, 2)
+            if (groups[:, 1] <= 0).any():
+                raise ValueError("passages")
+            owners = np.repeat(groups[:, 0], groups[:, 1])
+            vectors = np.frombuffer(body, dtype="<f4", offset=4 + length)
+            vectors = vectors.reshape(len(rows) + len(owners), stamp.dimensions)
+            table._fill(
+                [str(i) for i, _ in rows],
+                [int(r) for _, r in rows],
+                vectors[: len(rows)],
+                vectors[len(rows) :],
+                owners,
+            )
+            table._shared = len(owners) > 0
         except (ValueError, KeyError, TypeError, struct.error) as error:
             # Authenticated yet unreadable: only a bug of ours could write it; rebuild all the same.
             raise VectorFileError("the vector file's content is malformed") from error
         return table
+
+
+def _in_place(rows: Matrix) -> Matrix:
+    """`rows` itself when it is a writable, aligned, C-contiguous float32 array; else a copy that is."""
+    usable = (
+        rows.dtype == np.float32 and rows.flags.c_contiguous and rows.flags.aligned and rows.flags.writeable
+    )
+    return rows if usable else np.ascontiguousarray(rows, dtype=np.float32).copy()
 
 
 def load(path: Path, key: bytes, account_id: str, stamp: Stamp) -> VectorTable | None:

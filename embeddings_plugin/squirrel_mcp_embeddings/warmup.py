@@ -6,10 +6,12 @@ loses its vector and is queued again, a deleted one is forgotten (`changed`). Th
 warm-up embeds every memory without a current vector, WARM_UP_BATCH at a time: in
 threads of the plugin's own at a lower priority (`start_warm_up`: one per two cores
 this process may run on, at least one; each stopped after its batch in progress by
-`stop_warm_up`), or in the caller's thread until none is left (`warm_all`). The
-vector file is written by another thread of the plugin's own (every SAVE_EVERY seconds
-while warming up, and when the backlog is done) or by `flush`, so no search waits for
-the disk.
+`stop_warm_up`), or in the caller's thread until none is left (`warm_all`). A memory
+is embedded from its `recipe`, and one longer than the model's window from each of
+its passages too (`passages_of`, passages.py), all in the same batch. The vector file
+is written by another thread of the plugin's own (every SAVE_EVERY seconds while
+warming up, and when the backlog is done) or by `flush`, so no search waits for the
+disk.
 
 The ranker over these vectors is ranker.Hybrid, a WarmUp. Lines written, each at most
 once: RUNTIME_FAILED, UNWRITABLE, REBUILT. None holds memory text, a key or a vector.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import os
 import sys
 import threading
@@ -27,11 +30,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from squirrel_mcp.plugin_api import MemoryReader, Revision
-from squirrel_mcp_embeddings import vectors
+import numpy as np
 
-# Bumped whenever `recipe` changes: the vector file records it, so every memory is embedded again.
-RECIPE_VERSION = 1
+from squirrel_mcp.plugin_api import MemoryReader, Revision
+from squirrel_mcp_embeddings import passages, vectors
+
+# Bumped whenever `recipe` or `passages_of` (passages.py) change: the vector file records it, so
+# every memory is embedded again. 1: whole texts only, cut at the model's window; 2: passages too.
+RECIPE_VERSION = 2
 # The warm-up embeds this many memories at a time: small, so that stopping (at shutdown) and
 # a search's turn at the vectors never wait long, large enough to keep the runtime efficient.
 WARM_UP_BATCH = 16
@@ -59,6 +65,14 @@ class Embeds(Protocol):
         """One L2-normalised float32 row per text."""
         ...
 
+    def fits(self, text: str) -> bool:
+        """Whether the model reads all of `text`."""
+        ...
+
+    def token_offsets(self, text: str) -> list[tuple[int, int]]:
+        """The [start, end) characters of each of `text`'s tokens."""
+        ...
+
 
 def warm_up_threads(cores: int | None = None) -> int:
     """How many threads warm up: half the cores this process may run on (`cores`), at least one.
@@ -80,6 +94,40 @@ def recipe(memory: Revision) -> str:
     extras = ", ".join([*memory.tags, *memory.keywords])
     text = f"{memory.entity}: {memory.text}" if memory.entity else memory.text
     return f"{text} ({extras})" if extras else text
+
+
+def passages_of(embedder: Embeds, memory: Revision) -> list[str]:
+    """The passages a memory is embedded from besides its recipe: none when the model reads it whole.
+
+    Each is `entity: passage` (passages.py cuts the text), as the memory would be embedded
+    if it held that passage alone.
+    """
+    if embedder.fits(recipe(memory)):
+        return []
+    prefix = f"{memory.entity}: " if memory.entity else ""
+    return [prefix + piece for piece in passages.passages(memory.text, embedder.token_offsets(memory.text))]
+
+
+# Each memory's whole-text vector (row i for memory i), and each memory's passage vectors.
+Embedded = tuple[vectors.Matrix, list[vectors.Matrix]]
+
+
+def embed_memories(embedder: Embeds, memories: Sequence[Revision]) -> Embedded:
+    """The vectors of `memories`: each one's recipe, and each one's passages (none when it fits).
+
+    The recipes are embedded together, as they always were, so a memory that fits the
+    model's window gets the very vector it had before passages existed. The passages are
+    embedded shortest first, so a batch is padded to about its own length, not the longest's.
+    """
+    wholes = embedder.embed([recipe(memory) for memory in memories])
+    pieces = [passages_of(embedder, memory) for memory in memories]
+    flat = [piece for some in pieces for piece in some]
+    order = sorted(range(len(flat)), key=lambda n: len(flat[n]))
+    made = np.zeros((len(flat), wholes.shape[1]), dtype=np.float32)
+    if flat:
+        made[order] = embedder.embed([flat[n] for n in order])
+    bounds = np.cumsum([0, *map(len, pieces)]).tolist()
+    return wholes, [made[start:end] for start, end in itertools.pairwise(bounds)]
 
 
 def _lower_priority(nice: int) -> None:
@@ -210,7 +258,7 @@ class WarmUp:
         self._in_flight += len(batch)
         return list(batch.values())
 
-    def _store(self, batch: Sequence[Revision], made: vectors.Matrix) -> None:
+    def _store(self, batch: Sequence[Revision], made: Embedded) -> None:
         """Keep the vectors of a batch whose memories did not change meanwhile. Under the lock."""
         kept = []
         for n, memory in enumerate(batch):
@@ -222,7 +270,10 @@ class WarmUp:
             else:
                 # Changed while it was embedded: queued again, at its new revision.
                 self._queue.append(memory.id)
-        self.table.put_many(((batch[n].id, batch[n].revision) for n in kept), made[kept])
+        wholes, pieces = made
+        self.table.put_many(
+            ((batch[n].id, batch[n].revision) for n in kept), wholes[kept], [pieces[n] for n in kept]
+        )
         for n in kept:
             del self.pending[batch[n].id]
         self.embedded += len(kept)
@@ -237,10 +288,10 @@ class WarmUp:
             self._queue.extendleft(reversed([memory.id for memory in batch]))
             self._stored.notify_all()
 
-    def _embed(self, batch: Sequence[Revision]) -> vectors.Matrix:
+    def _embed(self, batch: Sequence[Revision]) -> Embedded:
         """The batch's vectors, outside the lock (searches go on); counts the time for the estimate."""
         began = self._clock()
-        made = self._embedder.embed([recipe(memory) for memory in batch])
+        made = embed_memories(self._embedder, batch)
         with self._lock:
             self._warm_seconds += self._clock() - began
             self._warm_count += len(batch)

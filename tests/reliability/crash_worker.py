@@ -60,6 +60,14 @@ class FakeEmbedder:
         """One deterministic unit row per text."""
         return np.stack([fake_vector(text) for text in texts]).astype(np.float32)
 
+    def fits(self, text: str) -> bool:
+        """Always: the fake reads any text whole, so it has no passages."""
+        return True
+
+    def token_offsets(self, text: str) -> list[tuple[int, int]]:
+        """Never called: a text that fits is not cut."""
+        raise AssertionError("a text that fits is not cut")
+
 
 def say(line: str) -> None:
     """One line to the test, in a single write."""
