@@ -119,6 +119,12 @@ def _rule(error: ErrorDetails, schema: Mapping[str, Any], item: bool) -> str:
     return "is not valid"
 
 
+def rule_and_remedy(error: ErrorDetails, schema: Mapping[str, Any]) -> str:
+    """A form field's problem without its name or value: "is not one of the values it takes: send ..."."""
+    item = any(isinstance(part, int) for part in error["loc"])
+    return f"{_rule(error, schema, item)}: send {wanted(schema.get('items', {}) if item else schema)}"
+
+
 def _problem(error: ErrorDetails, properties: Mapping[str, Any], required: Sequence[str]) -> str | None:
     """One field's problem as a clause: "`limit` is more than 50: send a whole number from 1 to 50".
 

@@ -29,6 +29,7 @@ from squirrel_mcp.core.models import (
     Tags,
 )
 from squirrel_mcp.core.projects import ProjectError, project_name
+from squirrel_mcp.server import refusals
 
 # The largest correction form, every character 4 bytes of UTF-8 sent as %XX, is under
 # 100 KiB; a body far above that is not this page's form.
@@ -66,10 +67,12 @@ class Checker:
         try:
             return adapter.validate_python(value)
         except ValidationError as error:
+            # Said as the tools say it, never in the validation library's words.
+            schema = adapter.json_schema()
             for problem in error.errors(include_input=False, include_url=False):
                 where = ".".join(str(part) for part in problem["loc"])
                 label = f"{name} {int(where) + 1}" if where.isdigit() else name
-                self.problems.append((label, problem["msg"]))
+                self.problems.append((label, refusals.rule_and_remedy(problem, schema)))
             return None
 
     def fail(self, name: str, rule: str) -> None:
