@@ -64,7 +64,8 @@ async def main() -> None:
     """Save the memories, then run each query on both servers and print the hits."""
     with tempfile.TemporaryDirectory(prefix="squirrel-demo-") as scratch:
         env = {
-            "SQUIRREL_VAULT": str(Path(scratch) / "vault.sqlite3"),
+            # The default vault of this data directory: the one place a server makes a vault itself.
+            "XDG_DATA_HOME": str(Path(scratch) / "data"),
             "SQUIRREL_PASSPHRASE": "demo passphrase",
             "SQUIRREL_MEMORY_CACHE_DIR": str(Path(scratch) / "cache"),
             # Two servers with different settings side by side: each a server of its own.

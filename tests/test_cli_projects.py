@@ -93,7 +93,10 @@ async def test_a_project_that_is_no_name_is_the_tools_refusal(vault_env: dict[st
         refused = run_cli(vault_env, *command, "--project", secret)
         assert refused.returncode == 1
         [line] = refused.stderr.decode().splitlines()
-        assert line.startswith("squirrel-mcp: project: a project's name: ")
+        assert (
+            line.startswith("squirrel-mcp: invalid arguments for ")
+            and "`project` must be a single line" in line
+        )
         assert "acme-secret" not in line and refused.stdout == b""
 
 

@@ -281,7 +281,7 @@ async def test_out_of_bounds_key_parameters_are_one_line_before_any_scrypt(
 
 def test_init_makes_an_existing_world_readable_file_owner_only(vault_env: dict[str, str]) -> None:
     vault = Path(vault_env["SQUIRREL_VAULT"])
-    vault.parent.mkdir(mode=0o700)
+    vault.parent.mkdir(mode=0o700, parents=True)
     vault.touch(mode=0o644)
     vault.chmod(0o644)
     result = run_cli(vault_env, "init")
@@ -324,7 +324,7 @@ async def test_a_symlink_at_the_vault_path_is_refused(
     vault_env: dict[str, str], tmp_path: Path, target_exists: bool
 ) -> None:
     vault = Path(vault_env["SQUIRREL_VAULT"])
-    vault.parent.mkdir(mode=0o700)
+    vault.parent.mkdir(mode=0o700, parents=True)
     target = tmp_path / "elsewhere.sqlite3"
     if target_exists:
         make_vault(target)

@@ -200,7 +200,7 @@ async def save_all(env: dict[str, str], place: Place) -> dict[str, str]:
     """Memories in two projects and one in none, saved by hosts in the repositories, among
     FILLER_COUNT others with none: text -> id."""
     secrets_of_this_test().add([API_FACT, WEB_FACT, EVERYWHERE, DATABASE, OTHER_DATABASE])
-    file = Path(env["SQUIRREL_VAULT"]).parent.parent / "filler.json"
+    file = Path(env["HOME"]).parent / "filler.json"
     file.write_text(json.dumps(filler_export()), encoding="utf-8")
     imported = run_cli(env, "import", "--create", str(file))
     assert imported.returncode == 0, imported.stderr

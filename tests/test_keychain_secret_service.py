@@ -209,7 +209,8 @@ def assert_no_secret_in(tmp_path: Path, service: SecretService, outputs: list[st
 async def test_the_server_unlocks_from_the_keychain_and_says_one_line_when_it_cannot(
     secret_service: SecretService, tmp_path: Path
 ) -> None:
-    env = secret_service.env
+    # A vault of its own: the block names SQUIRREL_VAULT only when it is not the default.
+    env = {**secret_service.env, "SQUIRREL_VAULT": str(tmp_path / "named" / "vault.sqlite3")}
     secrets_of_this_test().add(NEW_PASSPHRASE)
     secrets_of_this_test().add(KEYRING_PASSWORD)
     outputs: list[str] = []
