@@ -56,7 +56,7 @@ def test_the_bulk_form_names_the_rule_it_breaks() -> None:
         (f"action=delete&pick={one}", "pick", "a memory id and a revision"),
         (f"action=delete&pick={one.upper()}:1", "pick", "a memory id and a revision"),
         (f"action=untag&tag=&pick={one}:1", "tag", "give the tag"),
-        (f"action=tag&tag={'t' * 65}&pick={one}:1", "tag", "at most 64 characters"),
+        (f"action=tag&tag={'t' * 65}&pick={one}:1", "tag", "is longer than 64 characters"),
         (
             "action=delete&" + "&".join(f"pick={n:016x}:1" for n in range(selection.MAX_PICKS + 1)),
             "pick",
