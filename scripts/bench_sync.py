@@ -245,6 +245,7 @@ def report(
                 f"{now['pull_rate'] / before['pull_rate']:.1f}x, one record's append median "
                 f"{now['append_median']:.1f} ms against {before['append_median']:.1f} ms."
             )
+    lines += published_lines(results)
     lines += cpu_lines(args, results)
     lines += stage_lines(found, args.batches)
     lines += import_lines(imports)
@@ -318,6 +319,26 @@ def table_rows(args: argparse.Namespace, results: Results) -> Iterator[tuple[str
     for name, servers in results.items():
         for which, figures in servers.items():
             yield name, f"before ({args.baseline})" if which == "before" else "now", figures
+
+
+# Figures published on 2026-12-01 (one round, the machine then shared with other jobs), before
+# this benchmark measured a baseline side by side: batches of 500 and pulls, records/s.
+PUBLISHED = {"SQLite": (4078, 11150), "PostgreSQL": (777, 7197)}
+
+
+def published_lines(results: Results) -> list[str]:
+    """This run's batches and pulls against the figures first published (not side by side)."""
+    lines = ["", "This run against the figures first published (2026-12-01, one round, not side by side):"]
+    lines.append("")
+    for name, servers in results.items():
+        batches, pulls = PUBLISHED[name]
+        now = servers["now"]
+        lines.append(
+            f"- {name}: batches {now['batch_rate']:,.0f} against {batches:,} records/s "
+            f"({now['batch_rate'] / batches:.1f}x), pull {now['pull_rate']:,.0f} against {pulls:,} "
+            f"({now['pull_rate'] / pulls:.1f}x)."
+        )
+    return lines
 
 
 def main() -> None:
