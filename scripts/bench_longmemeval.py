@@ -144,6 +144,8 @@ def run_question(question: Question, scratch: Path, *, keep: bool = False) -> di
     if keep and kept.is_file():
         held = {memory_id: set(keys) for memory_id, keys in json.loads(kept.read_text()).items()}
     else:
+        # A run stopped while saving this question left a part of its vault: it starts again.
+        remove_question(scratch, question)
         init_vault(vault, cache)
         held = anyio.run(save_items, vault, cache, question.turns)
     saved = time.monotonic() - started
@@ -164,9 +166,8 @@ def run_question(question: Question, scratch: Path, *, keep: bool = False) -> di
             json.dumps({memory_id: sorted(keys) for memory_id, keys in held.items()}), encoding="utf-8"
         )
     else:
-        for path in scratch.glob(f"{question.question_id}.*"):
-            # ~500 turns and their vectors a question: freed as soon as it is scored.
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        # ~500 turns and their vectors a question: freed as soon as it is scored.
+        remove_question(scratch, question)
     print(
         f"{question.question_id} ({question.question_type}): {len(question.turns)} turns saved in "
         f"{saved:.0f} s, warm in {result['server'][HYBRID]:.0f} s; "
@@ -177,6 +178,12 @@ def run_question(question: Question, scratch: Path, *, keep: bool = False) -> di
         flush=True,
     )
     return result
+
+
+def remove_question(scratch: Path, question: Question) -> None:
+    """Every file of `question`'s vault in `scratch`: the vault, its journal, its vectors, the map."""
+    for path in scratch.glob(f"{question.question_id}.*"):
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def pick(questions: Sequence[Question], count: int | None) -> list[Question]:

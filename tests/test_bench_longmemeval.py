@@ -122,3 +122,20 @@ def test_means_over_questions_and_a_subset_stratified_by_type(
     assert [q.question_id for q in bench_longmemeval.pick(questions, 1)] == ["q0"]
     assert bench_longmemeval.pick(questions, None) == questions
     assert bench_longmemeval.pick(questions, 20) == questions
+
+
+def test_a_question_left_half_saved_is_removed_and_no_other(
+    question: bench_longmemeval.Question, tmp_path: Path
+) -> None:
+    scratch = tmp_path / "kept"
+    scratch.mkdir()
+    mine = [scratch / "tiny_1.sqlite3", scratch / "tiny_1.sqlite3-wal", scratch / "tiny_1.held.json"]
+    theirs = [scratch / "tiny_10.sqlite3", scratch / "other.sqlite3"]
+    for path in mine + theirs:
+        path.write_text("x")
+    (scratch / "tiny_1.cache").mkdir()
+    (scratch / "tiny_1.cache" / "vectors").write_text("x")
+
+    bench_longmemeval.remove_question(scratch, question)
+
+    assert sorted(scratch.iterdir()) == sorted(theirs)
