@@ -195,16 +195,21 @@ async def test_a_long_memory_is_found_by_a_fact_at_its_end(
     assert memory_lines(errors) == [READY]
 
 
+async def save_short_and_long(env: dict[str, str], tmp_path: Path, text: str, entity: str) -> None:
+    """SHORT and a long memory saved through a hybrid server, which has embedded both when it stops."""
+    async with server(env, tmp_path) as (client, _):
+        await call(client, "save_memory", **SHORT)
+        await call(client, "save_memory", text=text, entity=entity)
+        await search_warm(client, query="tea")
+
+
 @needs_model
 @pytest.mark.anyio
 async def test_a_short_memory_keeps_its_vector_bit_for_bit_and_a_long_one_gains_passages(
     hybrid_env: dict[str, str], tmp_path: Path, model: embedder.Embedder
 ) -> None:
     long = by_name("lasagna")
-    async with server(hybrid_env, tmp_path) as (client, _):
-        await call(client, "save_memory", **SHORT)
-        await call(client, "save_memory", text=long.text("middle"), entity=long.entity)
-        await search_warm(client, query="tea")
+    await save_short_and_long(hybrid_env, tmp_path, long.text("middle"), long.entity)
     table, memories = stored_table(hybrid_env, model)
     short, whole = memories[SHORT["text"]], memories[long.text("middle")]
 
@@ -250,10 +255,7 @@ async def test_a_vector_file_from_before_passages_is_embedded_again_once(
     hybrid_env: dict[str, str], tmp_path: Path, model: embedder.Embedder
 ) -> None:
     long = by_name("kyoto-trip")
-    async with server(hybrid_env, tmp_path) as (client, _):
-        await call(client, "save_memory", **SHORT)
-        await call(client, "save_memory", text=long.text("last"), entity=long.entity)
-        await search_warm(client, query="tea")
+    await save_short_and_long(hybrid_env, tmp_path, long.text("last"), long.entity)
     table, _ = stored_table(hybrid_env, model)
     storage = LocalVault(Path(hybrid_env["SQUIRREL_VAULT"]), create=False)
     try:
