@@ -308,7 +308,7 @@ def test_doctor_says_which_hooks_are_installed_and_whether_they_run(
     assert lines == [
         f"✓ hooks: {claude} (Claude Code): squirrel-mcp's at SessionStart, UserPromptSubmit, PreCompact; "
         "each command can be run",
-        f"✓ hooks: {other} (Claude Code): none of squirrel-mcp's "
+        f"– hooks: {other} (Claude Code): none of squirrel-mcp's "
         "(`squirrel-mcp hooks install claude-code` adds them)",
         f"✗ hooks: {codex} (Codex): squirrel-mcp's at SessionStart; missing at UserPromptSubmit, PreCompact; "
         "/gone/squirrel-mcp does not exist "

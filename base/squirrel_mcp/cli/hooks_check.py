@@ -3,7 +3,8 @@
 A line per file that exists (the user's and the current directory's, for Claude Code,
 Codex and Gemini CLI; for Codex, its config.toml's inline hooks too): the events our hooks
 are installed at, the ones missing, and whether each command can be run (its program exists
-and is executable). A file with none of ours passes: the hooks are optional. It shows paths
+and is executable). A file with none of ours is neither passed nor failed (`–`): the hooks are
+optional, and a ✓ would say they are there. It shows paths
 and event names only, never another hook's command nor a value of the file.
 """
 
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from squirrel_mcp.cli.errors import UserError
 from squirrel_mcp.cli.hooks_install import BOM, HOSTS, commands_of, is_ours, read_settings, settings_path
+from squirrel_mcp.cli.host_checks import Unchecked
 from squirrel_mcp.plugins.checks import Check
 
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
@@ -70,9 +72,8 @@ def _check(host: str, path: Path, project: bool, environ: Mapping[str, str]) -> 
     if not found:
         if path.suffix == ".toml":
             return None
-        return Check(
-            "hooks", True, f"{head}: none of squirrel-mcp's (`squirrel-mcp hooks install {host}` adds them)"
-        )
+        adds = f"`squirrel-mcp hooks install {host}` adds them"
+        return Unchecked("hooks", f"{head}: none of squirrel-mcp's ({adds})")
     events = [event for event, _ours in spec.events]
     missing = [event for event in events if event not in found]
     problems = sorted(
