@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "docs" / "benchmarks" / "candidates.md"
 # Caps, in results asked for (LIMIT): None is no cap.
 WORD_CAPS: tuple[float | None, ...] = (None, 0.8, 1.0, 1.2, 1.5, 2.0, 3.0)
-MEANING_CAPS: tuple[float | None, ...] = (None, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0)
+MEANING_CAPS: tuple[float | None, ...] = (None, 0.5, 1.0, 2.0, 5.0)
 LOCOMO_MEASURES = ("hit@1", "hit@5", "hit@10", "recall@5", "recall@10", "MRR")
 
 
@@ -223,6 +223,7 @@ def report(
         if key not in (today, "words alone")
         and not_below(lme[key], lme_today, list(lme_today))
         and not_below(locomo[key], locomo_today, list(locomo_today))
+        and (lme[key] != lme_today or locomo[key] != locomo_today)
     ]
     beat_words = [
         key for key in lme if key != "words alone" and not_below(lme[key], lme["words alone"], at_five)
@@ -255,12 +256,16 @@ def report(
         "",
         "## What holds on both",
         "",
-        "- Caps (W | M) with no figure under today's on either set: "
+        "- Caps (W | M) with no figure under today's on either set and one above it: "
         + (", ".join(f"`{key}`" for key in both) if both else "none")
         + ".",
         "- Rankings at least as good as words alone on every LongMemEval measure at 5: "
         + (", ".join(f"`{key}`" for key in beat_words) if beat_words else "none")
         + ".",
+        "",
+        "The server's ranking is not changed by this script. Of a grid this size, some cell does",
+        "better on the very questions it was measured on by chance alone: a cap is worth adopting",
+        "when its gain holds on questions it was not chosen on.",
         "",
     ]
     return "\n".join(lines)
