@@ -54,6 +54,10 @@ from squirrel_mcp.syncserver.app import Limits
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO / "docs" / "benchmarks" / "sync.md"
 
+# Figures published on 2026-12-01 (one round, the machine then shared with other jobs), before
+# this benchmark measured a baseline side by side: batches of 500 and pulls, records/s.
+PUBLISHED = {"SQLite": (4078, 11150), "PostgreSQL": (777, 7197)}
+
 
 @contextmanager
 def postgres_database(admin_url: str) -> Iterator[str]:
@@ -236,15 +240,7 @@ def report(
             f"| {r['append_median']:.1f} ({r['append_p90']:.1f}) | {r['batch_rate']:,.0f} "
             f"| {r['pull_rate']:,.0f} ({int(r['pulled']):,} in {r['pull_seconds']:.2f} s) |"
         )
-    if args.baseline is not None:
-        lines += ["", "Now against before, measured side by side (medians of the rounds):", ""]
-        for name, servers in results.items():
-            now, before = servers["now"], servers["before"]
-            lines.append(
-                f"- {name}: batches {now['batch_rate'] / before['batch_rate']:.1f}x, pull "
-                f"{now['pull_rate'] / before['pull_rate']:.1f}x, one record's append median "
-                f"{now['append_median']:.1f} ms against {before['append_median']:.1f} ms."
-            )
+    lines += side_by_side_lines(args, results)
     lines += published_lines(results)
     lines += cpu_lines(args, results)
     lines += stage_lines(found, args.batches)
@@ -254,6 +250,34 @@ def report(
         "Before batching, importing 300 memories took 86 s on 2026-11-30 (same machine), and 3,000",
         "would have taken about 14 minutes, with nothing shown meanwhile.",
         "",
+        *method_lines(args),
+        "",
+        *environment_lines(
+            f"- SQLite {versions['sqlite']}"
+            + (f", PostgreSQL {versions['postgresql']}" if "postgresql" in versions else "")
+        ),
+    ]
+    return "\n".join(lines)
+
+
+def side_by_side_lines(args: argparse.Namespace, results: Results) -> list[str]:
+    """Now against the baseline's server, each ratio from the same rounds (none without a baseline)."""
+    if args.baseline is None:
+        return []
+    lines = ["", "Now against before, measured side by side (medians of the rounds):", ""]
+    for name, servers in results.items():
+        now, before = servers["now"], servers["before"]
+        lines.append(
+            f"- {name}: batches {now['batch_rate'] / before['batch_rate']:.1f}x, pull "
+            f"{now['pull_rate'] / before['pull_rate']:.1f}x, one record's append median "
+            f"{now['append_median']:.1f} ms against {before['append_median']:.1f} ms."
+        )
+    return lines
+
+
+def method_lines(args: argparse.Namespace) -> list[str]:
+    """The report's "How it was measured"."""
+    return [
         "## How it was measured",
         "",
         f"- {args.singles} timed requests of each single kind after {WARMUP} untimed ones; a record is "
@@ -270,7 +294,8 @@ def report(
             else "."
         ),
         "- Published before this table had a side-by-side baseline (2026-12-01, one round): batches of 500",
-        "  at 777 records/s on PostgreSQL and 4,078 on SQLite; pulls at 7,197 and 11,150 records/s.",
+        f"  at {PUBLISHED['PostgreSQL'][0]:,} records/s on PostgreSQL and {PUBLISHED['SQLite'][0]:,}"
+        f" on SQLite; pulls at {PUBLISHED['PostgreSQL'][1]:,} and {PUBLISHED['SQLite'][1]:,} records/s.",
         "- An append is one transaction; SQLite runs with `synchronous=FULL` (each append reaches the disk),",
         "  PostgreSQL is the throwaway test cluster of `.ci/postgres`, which runs with `fsync=off`: its",
         "  write figures are an upper bound for a durable production cluster.",
@@ -283,13 +308,7 @@ def report(
         "- Import: in process, each size into a new account (key and account made untimed), one",
         "  revision per memory; the timing ends when the import's closing pull is done.",
         "- The machine is shared with other jobs (2 cores); figures are indicative, not a guarantee.",
-        "",
-        *environment_lines(
-            f"- SQLite {versions['sqlite']}"
-            + (f", PostgreSQL {versions['postgresql']}" if "postgresql" in versions else "")
-        ),
     ]
-    return "\n".join(lines)
 
 
 def cpu_lines(args: argparse.Namespace, results: Results) -> list[str]:
@@ -319,11 +338,6 @@ def table_rows(args: argparse.Namespace, results: Results) -> Iterator[tuple[str
     for name, servers in results.items():
         for which, figures in servers.items():
             yield name, f"before ({args.baseline})" if which == "before" else "now", figures
-
-
-# Figures published on 2026-12-01 (one round, the machine then shared with other jobs), before
-# this benchmark measured a baseline side by side: batches of 500 and pulls, records/s.
-PUBLISHED = {"SQLite": (4078, 11150), "PostgreSQL": (777, 7197)}
 
 
 def published_lines(results: Results) -> list[str]:
