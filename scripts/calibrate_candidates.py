@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from collections.abc import Iterator, Sequence
@@ -42,6 +43,7 @@ from bench_stdio import LIMIT, PASSPHRASE
 from calibrate_floor import Vault, conversation_memories, vault_of, warm
 
 from squirrel_mcp.book.memories import MemoryStore
+from squirrel_mcp.plugin_api import age_days, decay
 from squirrel_mcp.search import bm25
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp_embeddings import fusion
@@ -61,12 +63,20 @@ class Numbers:
     words: list[tuple[str, float]]
     """(memory id, lexicalScore), best word match first."""
     cosines: dict[str, float]
+    decays: dict[str, float]
+    """Each memory's recency weight as the ranker counts it (whole days); missing: 1."""
 
 
 def numbers_of(vault: Vault, query: str) -> Numbers:
-    """What the ranker gets for `query` in `vault`: all the word matches, all the cosines."""
+    """What the ranker gets for `query` in `vault`: all the word matches, all the cosines, the ages."""
     hits = bm25.search(vault.store.index, query, vault.now).hits
-    return Numbers([(hit.memory.id, hit.lexical_score) for hit in hits], vault.plugin.hybrid.cosines(query))
+    cosines = vault.plugin.hybrid.cosines(query)
+    decays = {}
+    for memory_id in cosines.keys() | {hit.memory.id for hit in hits}:
+        memory = vault.store.live(memory_id)
+        if memory is not None:
+            decays[memory_id] = decay(memory.category, math.floor(age_days(memory, vault.now)))
+    return Numbers([(hit.memory.id, hit.lexical_score) for hit in hits], cosines, decays)
 
 
 def capped_order(
@@ -76,8 +86,7 @@ def capped_order(
 
     Members: the first `words` word matches and every one holding every query word, then the
     `meaning` closest memories at or above the floor (a word match among them keeps its
-    lexicalScore). Every memory is taken as saved today (recency weight 1), as in the vaults
-    measured here.
+    lexicalScore).
     """
     lexical = dict(numbers.words)
     order = [memory_id for memory_id, _ in numbers.words]
@@ -94,7 +103,7 @@ def capped_order(
         members,
         np.array([lexical.get(memory_id, 0.0) for memory_id in members], dtype=np.float64),
         np.array([numbers.cosines.get(memory_id, np.nan) for memory_id in members], dtype=np.float64),
-        np.ones(len(members)),
+        np.array([numbers.decays.get(memory_id, 1.0) for memory_id in members], dtype=np.float64),
         np.array([rank_in_words.get(memory_id, len(order)) for memory_id in members], dtype=np.int64),
         floor=floor,
         span=span,

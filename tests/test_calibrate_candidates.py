@@ -28,7 +28,9 @@ def made_up(seed: int) -> Numbers:
     rng.shuffle(matches)
     words = [(memory_id, rng.choice([0.25, 0.5, 0.75, 1.0])) for memory_id in matches]
     cosines = {memory_id: round(rng.uniform(0.1, 0.6), 2) for memory_id in ids}
-    return Numbers(words, cosines)
+    # Some memories older than others: the ranker weighs their meaning part down.
+    decays = {memory_id: rng.choice([1.0, 0.9, 0.5]) for memory_id in ids if rng.random() < 0.5}
+    return Numbers(words, cosines, decays)
 
 
 @pytest.mark.parametrize("seed", range(200))
@@ -37,7 +39,7 @@ def test_without_caps_the_order_is_the_rankers(seed: int) -> None:
     hits, _ = fusion.fuse(
         dict(numbers.words),
         numbers.cosines,
-        {},
+        numbers.decays,
         floor=FLOOR,
         span=SPAN,
         limit=10,
