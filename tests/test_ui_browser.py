@@ -440,10 +440,10 @@ def test_add_act_on_several_and_find_duplicates(
             (first_of_anna.id, first_of_anna.text),
             (saved.id, saved.text),
         ]
-        assert shown_cards(page, '#duplicates section.group[data-group="2"] ol') == [
-            (peanuts.id, peanuts.text),
-            (epipen.id, epipen.text),
-        ]
+        # Oldest first, then by id: the two were saved in a row, often within the same millisecond.
+        pair = sorted((peanuts, epipen), key=lambda memory: (memory.createdAt, memory.id))
+        shown = shown_cards(page, '#duplicates section.group[data-group="2"] ol')
+        assert shown == [(memory.id, memory.text) for memory in pair]
         screenshot(page, "duplicates")
 
         # At a phone's width nothing runs off the side of the new pages either.
