@@ -141,7 +141,8 @@ def run_question(question: Question, scratch: Path, *, keep: bool = False) -> di
     vault, cache = scratch / f"{question.question_id}.sqlite3", scratch / f"{question.question_id}.cache"
     kept = scratch / f"{question.question_id}.held.json"
     started = time.monotonic()
-    if keep and kept.is_file():
+    reused = keep and kept.is_file()
+    if reused:
         held = {memory_id: set(keys) for memory_id, keys in json.loads(kept.read_text()).items()}
     else:
         # A run stopped while saving this question left a part of its vault: it starts again.
@@ -150,6 +151,7 @@ def run_question(question: Question, scratch: Path, *, keep: bool = False) -> di
         held = anyio.run(save_items, vault, cache, question.turns)
     saved = time.monotonic() - started
     result: dict[str, Any] = {"type": question.question_type, "scores": {}, "seconds": {}}
+    result["kept before"] = reused
     for name, plugins in ((WORDS, False), (HYBRID, True)):
         began = time.monotonic()
 
@@ -242,6 +244,19 @@ def table(rows: Mapping[str, Mapping[str, float]], latency: Mapping[str, float])
     return lines
 
 
+def kept_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What the section says of the vaults an earlier run kept (none: nothing)."""
+    earlier = sum(1 for r in results if r.get("kept before"))
+    if not earlier:
+        return []
+    return [
+        f"The vaults of {earlier} of them were saved through the server (and their turns embedded) by",
+        "earlier runs with `--keep`; this run searched each anew through the server, words only and hybrid,",
+        "the plugin reading the vector file (re-embedding what an older vector file lacks, as any",
+        "upgrade does).",
+    ]
+
+
 def render(label: str, results: Sequence[Mapping[str, Any]], command: str) -> str:
     """The section of one run: overall, then per type."""
     names = (WORDS, HYBRID)
@@ -252,6 +267,7 @@ def render(label: str, results: Sequence[Mapping[str, Any]], command: str) -> st
         "",
         f"Measured {datetime.now(UTC):%Y-%m-%d} on {platform.machine()}, Python {platform.python_version()},",
         f"with `{command}`: {len(results)} questions, one search each per ranking.",
+        *kept_lines(results),
         "",
         *table(overall, latency),
         "",

@@ -139,3 +139,10 @@ def test_a_question_left_half_saved_is_removed_and_no_other(
     bench_longmemeval.remove_question(scratch, question)
 
     assert sorted(scratch.iterdir()) == sorted(theirs)
+
+
+def test_a_section_says_how_many_vaults_an_earlier_run_kept() -> None:
+    fresh = [{"kept before": False}, {"kept before": False}]
+    assert bench_longmemeval.kept_lines(fresh) == []
+    said = " ".join(bench_longmemeval.kept_lines([{"kept before": True}, *fresh]))
+    assert said.startswith("The vaults of 1 of them were saved through the server")
