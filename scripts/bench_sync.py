@@ -293,9 +293,6 @@ def method_lines(args: argparse.Namespace) -> list[str]:
             if args.baseline
             else "."
         ),
-        "- Published before this table had a side-by-side baseline (2026-12-01, one round): batches of 500",
-        f"  at {PUBLISHED['PostgreSQL'][0]:,} records/s on PostgreSQL and {PUBLISHED['SQLite'][0]:,}"
-        f" on SQLite; pulls at {PUBLISHED['PostgreSQL'][1]:,} and {PUBLISHED['SQLite'][1]:,} records/s.",
         "- An append is one transaction; SQLite runs with `synchronous=FULL` (each append reaches the disk),",
         "  PostgreSQL is the throwaway test cluster of `.ci/postgres`, which runs with `fsync=off`: its",
         "  write figures are an upper bound for a durable production cluster.",

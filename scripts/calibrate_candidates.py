@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 from collections.abc import Iterator, Sequence
@@ -43,10 +42,10 @@ from bench_stdio import LIMIT, PASSPHRASE
 from calibrate_floor import Vault, conversation_memories, vault_of, warm
 
 from squirrel_mcp.book.memories import MemoryStore
-from squirrel_mcp.plugin_api import age_days, decay
 from squirrel_mcp.search import bm25
 from squirrel_mcp.storage.local import LocalVault
 from squirrel_mcp_embeddings import fusion
+from squirrel_mcp_embeddings.ranker import recency_weights
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "docs" / "benchmarks" / "candidates.md"
@@ -71,11 +70,10 @@ def numbers_of(vault: Vault, query: str) -> Numbers:
     """What the ranker gets for `query` in `vault`: all the word matches, all the cosines, the ages."""
     hits = bm25.search(vault.store.index, query, vault.now).hits
     cosines = vault.plugin.hybrid.cosines(query)
-    decays = {}
-    for memory_id in cosines.keys() | {hit.memory.id for hit in hits}:
-        memory = vault.store.live(memory_id)
-        if memory is not None:
-            decays[memory_id] = decay(memory.category, math.floor(age_days(memory, vault.now)))
+    live = [vault.store.live(memory_id) for memory_id in cosines.keys() | {hit.memory.id for hit in hits}]
+    members = [memory for memory in live if memory is not None]
+    weights = recency_weights(members, vault.now).tolist()
+    decays = dict(zip((memory.id for memory in members), weights, strict=True))
     return Numbers([(hit.memory.id, hit.lexical_score) for hit in hits], cosines, decays)
 
 
@@ -206,9 +204,9 @@ def table(rows: dict[str, dict[str, float]], today: dict[str, float]) -> list[st
     ]
     for key, row in rows.items():
         head = "words alone | -" if key == "words alone" else key
-        under = sum(row[name] < today[name] - 1e-9 for name in names)
-        cells = [f"{row[name]:.3f}" + ("*" if row[name] < today[name] - 1e-9 else "") for name in names]
-        lines.append(f"| {head} | " + " | ".join(cells) + f" | {under} |")
+        below = [row[name] < today[name] - 1e-9 for name in names]
+        cells = [f"{row[name]:.3f}" + ("*" if low else "") for name, low in zip(names, below, strict=True)]
+        lines.append(f"| {head} | " + " | ".join(cells) + f" | {sum(below)} |")
     return lines
 
 

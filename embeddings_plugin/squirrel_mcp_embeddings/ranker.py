@@ -241,7 +241,7 @@ class Hybrid(WarmUp):
             member_ids,
             np.array([candidate.lexical_score for candidate in candidates] + [0.0] * len(by_meaning)),
             np.concatenate([word_cosines, cosines[by_meaning].astype(np.float64)]),
-            self._decays(members, options.now),
+            recency_weights(members, options.now),
             np.concatenate([np.arange(len(candidates)), np.full(len(by_meaning), len(candidates))]).astype(
                 np.int64
             ),
@@ -273,28 +273,29 @@ class Hybrid(WarmUp):
                 found[self.table.ids[n]] = float(cosines[n])
         return fusion.near_misses_of(found, set(), MAX_NEAR_MISSES)
 
-    def _decays(self, members: Sequence[Revision], now: datetime) -> fusion.Numbers:
-        """Each member's recency weight, its age counted in whole days.
-
-        Whole days: memories changed the same day are equally recent, so their cosine (the
-        tie-break) orders them, not a recency weight that differs in the sixth decimal.
-        Each (category, days) is weighed once.
-        """
-        weights: dict[tuple[str, int], float] = {}
-        values = []
-        for memory, days in zip(members, _whole_days(members, now), strict=True):
-            key = (memory.category, days)
-            weight = weights.get(key)
-            if weight is None:
-                weight = weights[key] = decay(memory.category, days)
-            values.append(weight)
-        return np.array(values, dtype=np.float64)
-
 
 # The length of a day in age_days' arithmetic (base/squirrel_mcp/search/index.py).
 SECONDS_PER_DAY = 86_400.0
 # A change time as the server writes it (UTC, "Z", to the second, millisecond or microsecond).
 _UTC_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?Z")
+
+
+def recency_weights(members: Sequence[Revision], now: datetime) -> fusion.Numbers:
+    """Each member's recency weight, its age counted in whole days.
+
+    Whole days: memories changed the same day are equally recent, so their cosine (the
+    tie-break) orders them, not a recency weight that differs in the sixth decimal.
+    Each (category, days) is weighed once.
+    """
+    weights: dict[tuple[str, int], float] = {}
+    values = []
+    for memory, days in zip(members, _whole_days(members, now), strict=True):
+        key = (memory.category, days)
+        weight = weights.get(key)
+        if weight is None:
+            weight = weights[key] = decay(memory.category, days)
+        values.append(weight)
+    return np.array(values, dtype=np.float64)
 
 
 def _whole_days(members: Sequence[Revision], now: datetime) -> list[int]:
