@@ -31,7 +31,7 @@ import json
 import statistics
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -64,6 +64,10 @@ class Numbers:
     cosines: dict[str, float]
     decays: dict[str, float]
     """Each memory's recency weight as the ranker counts it (whole days); missing: 1."""
+    scores: dict[str, float] = field(default_factory=dict)
+    """Each word match's lexical score (BM25 times recency), which orders `words`."""
+    whole: dict[str, float] = field(default_factory=dict)
+    """Each memory's cosine by its whole text's vector alone (a long memory's passages left out)."""
 
 
 def numbers_of(vault: Vault, query: str) -> Numbers:
@@ -74,7 +78,9 @@ def numbers_of(vault: Vault, query: str) -> Numbers:
     members = [memory for memory in live if memory is not None]
     weights = recency_weights(members, vault.now).tolist()
     decays = dict(zip((memory.id for memory in members), weights, strict=True))
-    return Numbers([(hit.memory.id, hit.lexical_score) for hit in hits], cosines, decays)
+    whole = vault.plugin.hybrid.cosines(query, passages=False)
+    words = [(hit.memory.id, hit.lexical_score) for hit in hits]
+    return Numbers(words, cosines, decays, {hit.memory.id: hit.score for hit in hits}, whole)
 
 
 def capped_order(

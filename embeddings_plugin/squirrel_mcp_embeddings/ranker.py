@@ -88,11 +88,14 @@ class Hybrid(WarmUp):
         cosines: vectors.Matrix = np.clip(self.table.cosines(vector), -1.0, 1.0)
         return cosines
 
-    def cosines(self, query: str) -> dict[str, float]:
-        """The query's cosine to every memory that has a current vector, by memory id."""
+    def cosines(self, query: str, *, passages: bool = True) -> dict[str, float]:
+        """The query's cosine to every memory that has a current vector, by memory id.
+
+        Without `passages`, a long memory's cosine is its whole text's alone (for measuring).
+        """
         with self._lock:
             vector = self._embedder.embed([query])[0]
-            values = self._cosines(vector)
+            values = self._cosines(vector) if passages else self.table.cosines(vector, passages=False)
             return {memory_id: float(value) for memory_id, value in zip(self.table.ids, values, strict=True)}
 
     def similar(self, memory: Revision, limit: int) -> list[tuple[str, float]] | None:

@@ -138,13 +138,14 @@ class VectorTable:
         rows: Matrix = self._passages[self._held.get(memory_id, [])].copy()
         return rows
 
-    def cosines(self, query: Matrix) -> Matrix:
+    def cosines(self, query: Matrix, *, passages: bool = True) -> Matrix:
         """Each memory's cosine to the unit vector `query` (row i: ids[i]).
 
-        A memory's cosine is the best of its whole text's and its passages'.
+        A memory's cosine is the best of its whole text's and its passages' (its whole
+        text's alone when `passages` is False).
         """
         best: Matrix = self.matrix() @ query
-        if self._passage_count:
+        if passages and self._passage_count:
             count = self._passage_count
             np.maximum.at(best, self._owner[:count], self._passages[:count] @ query)
         return best
