@@ -284,8 +284,8 @@ def report(
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+def data_arguments(parser: argparse.ArgumentParser) -> None:
+    """--kept, --data and --locomo: where the searches' vaults and questions are."""
     parser.add_argument(
         "--kept", type=Path, required=True, help="the vaults bench_longmemeval.py --keep left"
     )
@@ -293,17 +293,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--data", type=Path, default=bench_longmemeval.DATA, help="LongMemEval's question files"
     )
     parser.add_argument("--locomo", type=Path, default=bench_locomo.DATA, help="LoCoMo's conversations")
+
+
+def both_searches(args: argparse.Namespace, script: str) -> tuple[list[Searched], list[Searched]] | None:
+    """LongMemEval's kept searches and LoCoMo's, or None (said on stderr) when either set is empty."""
+    lme_searches = list(longmemeval_searches(args.kept, args.data))
+    locomo_searched = list(locomo_searches(args.locomo))
+    if not lme_searches or not locomo_searched:
+        print(f"{script}: needs kept LongMemEval vaults and LoCoMo's conversations", file=sys.stderr)
+        return None
+    return lme_searches, locomo_searched
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    data_arguments(parser)
     parser.add_argument("--floor", type=float, default=0.35)
     parser.add_argument("--span", type=float, default=0.03)
     parser.add_argument("--report", type=Path, default=REPORT)
     args = parser.parse_args(argv)
-    lme_searches = list(longmemeval_searches(args.kept, args.data))
-    locomo_searches_ = list(locomo_searches(args.locomo))
-    if not lme_searches or not locomo_searches_:
-        print(
-            "calibrate_candidates: needs kept LongMemEval vaults and LoCoMo's conversations", file=sys.stderr
-        )
+    searched = both_searches(args, "calibrate_candidates")
+    if searched is None:
         return 1
+    lme_searches, locomo_searches_ = searched
     lme = grid_rows(lme_searches, args.floor, args.span)
     locomo = grid_rows(locomo_searches_, args.floor, args.span)
     text = report(lme, locomo, (len(lme_searches), len(locomo_searches_)), args)

@@ -24,7 +24,6 @@ conversations and the recall gate's corpus. Writes docs/benchmarks/fusion-option
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,8 +35,8 @@ from bench_stdio import LIMIT
 from calibrate_candidates import (
     Numbers,
     Searched,
-    locomo_searches,
-    longmemeval_searches,
+    both_searches,
+    data_arguments,
     measures,
     numbers_of,
 )
@@ -201,20 +200,13 @@ def report(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--kept", type=Path, required=True, help="the vaults bench_longmemeval.py --keep left"
-    )
-    parser.add_argument(
-        "--data", type=Path, default=bench_longmemeval.DATA, help="LongMemEval's question files"
-    )
-    parser.add_argument("--locomo", type=Path, default=bench_locomo.DATA, help="LoCoMo's conversations")
+    data_arguments(parser)
     parser.add_argument("--report", type=Path, default=REPORT)
     args = parser.parse_args(argv)
-    lme_searches = list(longmemeval_searches(args.kept, args.data))
-    locomo_searched = list(locomo_searches(args.locomo))
-    if not lme_searches or not locomo_searched:
-        print("fusion_options: needs kept LongMemEval vaults and LoCoMo's conversations", file=sys.stderr)
+    searched = both_searches(args, "fusion_options")
+    if searched is None:
         return 1
+    lme_searches, locomo_searched = searched
     corpus = corpus_rows()
     text = report(
         rows_of(lme_searches), rows_of(locomo_searched), corpus, (len(lme_searches), len(locomo_searched))
