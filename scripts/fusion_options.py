@@ -15,7 +15,7 @@ the formula:
 Each option keeps the rest as it is: members are every word match and every memory at or
 above the floor; a hit holding every query word scores 0.5 + fused / 2, any other
 fused / 2; ties go to the higher cosine, then the lexical order, then the id. The first
-option is today's formula, and tests/test_fusion_options.py checks that it orders as the
+option is today's formula, and tests/test_calibrate_candidates.py checks that it orders as the
 ranker does. The numbers are calibrate_candidates.py's (the ranker's own, with the real
 model) on the LongMemEval vaults `bench_longmemeval.py --keep DIR` kept, LoCoMo's
 conversations and the recall gate's corpus. Writes docs/benchmarks/fusion-options.md.
